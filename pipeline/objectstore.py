@@ -149,9 +149,7 @@ class S3ObjectStore:
 
     def put_bytes(self, key: str, data: bytes) -> StoredObject:
         digest = hashlib.sha256(data).hexdigest()
-        self.client.put_object(
-            Bucket=self.bucket, Key=key, Body=data, Metadata={"sha256": digest}
-        )
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data, Metadata={"sha256": digest})
         return StoredObject(key, self.uri(key), len(data), digest)
 
     def open(self, key: str) -> IO[bytes]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -66,7 +66,7 @@ def new_uuid() -> str:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
         dict[str, Any]: JSON,
         list[Any]: JSON,
         datetime: UTCDateTime(),
@@ -97,7 +97,9 @@ class DatasetVersion(Base):
     """One immutable dataset under `datasets/{model_id}/{version}/` in the object store."""
 
     __tablename__ = "dataset_versions"
-    __table_args__ = (UniqueConstraint("model_id", "version", name="uq_dataset_versions_model_version"),)
+    __table_args__ = (
+        UniqueConstraint("model_id", "version", name="uq_dataset_versions_model_version"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)

@@ -1,0 +1,1 @@
+"""HTTP layer: thin FastAPI routes over the `pipeline` domain."""

@@ -1,0 +1,49 @@
+"""The FastAPI application factory: one app per settings, routers per spec section."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.limits import BodySizeLimit
+from api.routes import contract, contributions
+from pipeline.config import Settings, get_settings
+from pipeline.db import Database
+from pipeline.objectstore import object_store_from_settings
+
+UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
+# Multipart framing and the small form fields ride on top of the file itself.
+MULTIPART_OVERHEAD = 1024 * 1024
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    logging.getLogger("pipeline").setLevel(settings.pipeline_log_level)
+    app = FastAPI(
+        title="Data-contribution marketplace",
+        version="0.1.0",
+        description="Per-model data-specs, contributions, benchmark uploads, "
+        "evaluation schedules, dataset arrivals and API keys.",
+    )
+    app.state.settings = settings
+    app.state.db = Database.from_settings(settings)
+    app.state.store = object_store_from_settings(settings)
+    install_error_handlers(app)
+    for module in (contract, contributions):
+        app.include_router(module.router)
+
+    def limit_for(path: str) -> int:
+        if UPLOAD_PATH.match(path):
+            return settings.upload_max_bytes + MULTIPART_OVERHEAD
+        return settings.contribution_max_body_bytes
+
+    app.add_middleware(BodySizeLimit, limit_for=limit_for)
+
+    @app.get("/healthz", tags=["ops"], summary="Liveness")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,86 @@
+"""FastAPI dependencies: settings, database, object store, and the three kinds of caller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Depends, Request
+
+from pipeline.config import Settings
+from pipeline.db import Database
+from pipeline.errors import Unauthenticated
+from pipeline.keys import KeyPrincipal, authenticate_key
+from pipeline.objectstore import ObjectStore
+from pipeline.sessions import Identity, admin_identity, decode_token
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def get_store(request: Request) -> ObjectStore:
+    store: ObjectStore = request.app.state.store
+    return store
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def current_user(request: Request, settings: Settings = Depends(get_settings)) -> Identity:
+    """Session auth (spec §5): cookie `<service>_access_token` or `Authorization: Bearer`."""
+    token = request.cookies.get(settings.session_cookie_name()) or bearer_token(request)
+    if not token:
+        raise Unauthenticated("authentication required")
+    return decode_token(settings, token)
+
+
+def admin_user(request: Request, settings: Settings = Depends(get_settings)) -> Identity:
+    """Key management auth (spec §5): `Authorization: Bearer <ADMIN_TOKEN>`."""
+    token = bearer_token(request)
+    if not token:
+        raise Unauthenticated("missing admin token")
+    return admin_identity(settings, token)
+
+
+def client_ip(request: Request, settings: Settings) -> str | None:
+    """The caller's address; X-Forwarded-For counts only when the peer is a trusted proxy."""
+    peer = request.client.host if request.client else None
+    forwarded = request.headers.get("x-forwarded-for")
+    if forwarded and peer and peer in settings.trusted_proxies:
+        return forwarded.split(",")[0].strip()
+    return peer
+
+
+def platform_key(scope: str | None = None) -> Callable[..., KeyPrincipal]:
+    """Dependency factory: a verified `platform` API key with `scope` (spec §5)."""
+
+    def dependency(
+        request: Request,
+        settings: Settings = Depends(get_settings),
+        db: Database = Depends(get_db),
+    ) -> KeyPrincipal:
+        token = bearer_token(request)
+        if not token:
+            raise Unauthenticated("missing API key")
+        return authenticate_key(
+            db,
+            token,
+            client_ip=client_ip(request, settings),
+            service_id="platform",
+            scope=scope,
+        )
+
+    return dependency

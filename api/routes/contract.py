@@ -1,0 +1,93 @@
+"""Per-model contract (spec §4.1): the data-spec and its worked example row; public."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+
+from api.deps import get_db
+from pipeline.db import Database
+from pipeline.registry import get_model, list_models
+
+router = APIRouter(prefix="/api/models", tags=["contract"])
+
+SCHEMA_MEDIA_TYPE = "application/schema+json"
+
+
+def _attachment(filename: str) -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{filename}"'}
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+@router.get("", summary="List models")
+def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
+    with db.session() as session:
+        return [
+            {
+                "id": m.id,
+                "name": m.name,
+                "description": m.description,
+                "task_type": m.task_type,
+                "target_column": m.target_column,
+            }
+            for m in list_models(session)
+        ]
+
+
+@router.get(
+    "/{modelId}/data-spec",
+    summary="Model data-spec (JSON Schema)",
+    response_class=Response,
+    responses={200: {"content": {SCHEMA_MEDIA_TYPE: {}}}, 404: {"description": "unknown model"}},
+)
+def data_spec(
+    modelId: int,  # noqa: N803 - the spec's path parameter name
+    download: bool = Query(False, description="true downloads the file"),
+    db: Database = Depends(get_db),
+) -> Response:
+    with db.session() as session:
+        model = get_model(session, modelId)
+        body = json.dumps(model.data_spec, indent=2)
+    headers = _attachment(f"model-{modelId}-data-spec.schema.json") if download else None
+    return Response(body, media_type=SCHEMA_MEDIA_TYPE, headers=headers)
+
+
+@router.get(
+    "/{modelId}/data-spec/example",
+    summary="One worked example row, as JSON or CSV",
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}, "text/csv": {}}}},
+)
+def data_spec_example(
+    modelId: int,  # noqa: N803
+    format: Literal["json", "csv"] = Query("json", description="csv for CSV; default JSON"),
+    download: bool = Query(False),
+    db: Database = Depends(get_db),
+) -> Response:
+    with db.session() as session:
+        model = get_model(session, modelId)
+        row = dict(model.example_row)
+        columns = list(model.data_spec.get("properties", {})) or list(row)
+    if format == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerow([_csv_cell(row.get(c)) for c in columns])
+        headers = _attachment(f"model-{modelId}-example.csv") if download else None
+        return Response(out.getvalue(), media_type="text/csv", headers=headers)
+    headers = _attachment(f"model-{modelId}-example.json") if download else None
+    return Response(json.dumps(row, indent=2), media_type="application/json", headers=headers)

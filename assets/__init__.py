@@ -1,0 +1,1 @@
+"""Dagster assets: thin wrappers over `pipeline` functions."""

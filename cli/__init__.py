@@ -1,0 +1,1 @@
+"""The `marketplace` command: operator commands (serve, dev, db, models, token, orgs)."""

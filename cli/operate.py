@@ -1,0 +1,156 @@
+"""Operator subcommands: serve, dev, db upgrade, models add/list, token."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.config import Settings, get_settings
+from pipeline.db import Database
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _settings() -> Settings:
+    return get_settings()
+
+
+def cmd_db_upgrade(_: argparse.Namespace) -> int:
+    from pipeline.migrate import upgrade
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.resolved_database_url)
+    print("database is at the latest revision")
+    return 0
+
+
+def cmd_models_add(args: argparse.Namespace) -> int:
+    from pipeline.bootstrap import prepare_store
+    from pipeline.registry import load_definition, register_model
+
+    settings = _settings()
+    prepare_store(settings)
+    definition = load_definition(Path(args.file))
+    db = Database.from_settings(settings)
+    with db.session() as session:
+        model = register_model(session, definition)
+        model_id = model.id
+    print(f"registered model {definition.name!r}")
+    print(model_id)
+    return 0
+
+
+def cmd_models_list(_: argparse.Namespace) -> int:
+    from pipeline.bootstrap import prepare_store
+    from pipeline.registry import list_models
+
+    settings = _settings()
+    prepare_store(settings)
+    db = Database.from_settings(settings)
+    with db.session() as session:
+        for model in list_models(session):
+            print(f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}")
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from pipeline.sessions import issue_token
+
+    settings = _settings()
+    token = issue_token(settings, args.user, admin=args.admin, ttl_seconds=args.ttl)
+    print(token)
+    return 0
+
+
+def _serve_api(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+
+    from api.app import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.bootstrap import prepare_store
+
+    settings = _settings()
+    prepare_store(settings)
+    _serve_api(settings, args.host, args.port)
+    return 0
+
+
+def dagster_environment(settings: Settings) -> dict[str, str]:
+    """Environment for Dagster processes: DAGSTER_HOME with the repo's dagster.yaml in it."""
+    env = dict(os.environ)
+    home = Path(env.get("DAGSTER_HOME") or settings.dagster_home).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    source = REPO_ROOT / ("dagster.postgres.yaml" if settings.dagster_pg_url else "dagster.yaml")
+    shutil.copyfile(source, home / "dagster.yaml")
+    env["DAGSTER_HOME"] = str(home)
+    env.setdefault("MARKETPLACE_DATA_DIR", str(settings.data_dir))
+    return env
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from pipeline.bootstrap import prepare_store
+
+    settings = _settings()
+    prepare_store(settings)
+    env = dagster_environment(settings)
+    command = [
+        sys.executable, "-m", "dagster", "dev",
+        "-w", str(REPO_ROOT / "workspace.yaml"),
+        "-h", args.host, "-p", str(args.dagster_port),
+    ]  # fmt: skip
+    # Its own session, so Ctrl-C reaches it once, from us, after the API has stopped.
+    dagster = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
+    print(
+        f"Dagster UI on http://{args.host}:{args.dagster_port} (DAGSTER_HOME={env['DAGSTER_HOME']})"
+    )
+    try:
+        _serve_api(settings, args.host, args.port)
+    finally:
+        if dagster.poll() is None:
+            os.killpg(dagster.pid, signal.SIGINT)
+            try:
+                dagster.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(dagster.pid, signal.SIGKILL)
+                dagster.wait()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = sub.add_parser("serve", help="run the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(handler=cmd_serve)
+
+    dev = sub.add_parser("dev", help="run the HTTP API and the Dagster UI with its daemon")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.add_argument("--dagster-port", type=int, default=3000)
+    dev.set_defaults(handler=cmd_dev)
+
+    db = sub.add_parser("db", help="database maintenance")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", help="apply migrations").set_defaults(handler=cmd_db_upgrade)
+
+    models = sub.add_parser("models", help="model registry")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    add = models_sub.add_parser("add", help="register a model from a JSON or YAML file")
+    add.add_argument("file")
+    add.set_defaults(handler=cmd_models_add)
+    models_sub.add_parser("list", help="list models").set_defaults(handler=cmd_models_list)
+
+    token = sub.add_parser("token", help="print a session token (last line)")
+    token.add_argument("--user", required=True)
+    token.add_argument("--admin", action="store_true", help="also valid as an admin token")
+    token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
+    token.set_defaults(handler=cmd_token)

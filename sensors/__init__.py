@@ -1,0 +1,1 @@
+"""Dagster sensors: dataset arrivals and per-model evaluation schedules."""
