@@ -4,4 +4,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-defs = dg.Definitions(assets=[], sensors=[], asset_checks=[])
+from assets import ASSET_CHECKS, ASSETS, JOBS, RESOURCES
+from sensors import SENSORS
+
+defs = dg.Definitions(
+    assets=ASSETS,
+    asset_checks=ASSET_CHECKS,
+    jobs=JOBS,
+    sensors=SENSORS,
+    resources=RESOURCES,
+)

@@ -1,1 +1,10 @@
-"""Dagster sensors: dataset arrivals and per-model evaluation schedules."""
+"""Dagster sensors: dataset arrivals (SQS or the embedded queue) and per-model schedules.
+
+Exports used by `definitions.py`: SENSORS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SENSORS: list[Any] = []
