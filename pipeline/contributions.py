@@ -15,7 +15,7 @@ from pipeline.errors import InvalidInput, NotFound, RowValidationFailed
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
-from pipeline.tables import Contribution, DatasetVersion, Model
+from pipeline.tables import Contribution, DatasetVersion
 from pipeline.validation import validator_for
 
 ROWS_FILENAME = "rows.parquet"
@@ -151,9 +151,8 @@ def submit_contribution(
 def get_contribution(db: Database, model_id: int, job_id: str, user_id: str) -> Contribution:
     """A job as its submitter sees it; other users get NotFound, not a hint it exists."""
     with db.session() as session:
-        if session.get(Model, model_id) is None:
-            raise NotFound(f"model {model_id} not found")
-        job = session.get(Contribution, job_id)
+        get_model(session, model_id)
+        job = session.get(Contribution, job_id) if len(job_id) <= 36 else None
         if job is None or job.model_id != model_id or job.submitter_id != user_id:
             raise NotFound(f"contribution {job_id} not found")
         return job

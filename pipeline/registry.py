@@ -86,8 +86,12 @@ def register_model(session: Session, definition: ModelDefinition) -> Model:
     return model
 
 
+MAX_ID = 2**31 - 1
+
+
 def get_model(session: Session, model_id: int) -> Model:
-    model = session.get(Model, model_id)
+    # Ids outside the integer column's range cannot exist; some drivers overflow on them.
+    model = session.get(Model, model_id) if 1 <= model_id <= MAX_ID else None
     if model is None:
         raise NotFound(f"model {model_id} not found")
     return model
@@ -111,6 +115,8 @@ def allocate_version(db: Database, model_id: int) -> tuple[int, str]:
     Versions are monotonic per model; a failed write leaves a gap rather than reusing a
     number whose object may already have been announced to the arrival queue.
     """
+    if not 1 <= model_id <= MAX_ID:
+        raise NotFound(f"model {model_id} not found")
     with db.session() as session:
         number = session.execute(
             update(Model)

@@ -1,0 +1,90 @@
+"""Shared by the benchmarks: start `marketplace serve` on a temp embedded store and wait for it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+JWT_SECRET = "bench-jwt-secret-bench-jwt-secret-0123"
+ADMIN_TOKEN = "bench-admin-token"
+
+
+@dataclass
+class Server:
+    url: str
+    pid: int | None
+    data_dir: Path | None
+    env: dict[str, str]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def embedded_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`marketplace serve` on a fresh temp data dir (SQLite + local folder)."""
+    with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:
+        port = free_port()
+        env = {
+            **os.environ,
+            "MARKETPLACE_DATA_DIR": tmp,
+            "JWT_SECRET": JWT_SECRET,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            **(extra_env or {}),
+        }
+        for name in ("DATABASE_URL", "SERVICE_DATASET_BUCKET", "DATASET_ARRIVAL_SQS_QUEUE_URL"):
+            env.pop(name, None)
+        log = open(Path(tmp) / "server.log", "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "server did not start:\n" + (Path(tmp) / "server.log").read_text()
+                    )
+                time.sleep(0.2)
+            yield Server(url=url, pid=proc.pid, data_dir=Path(tmp), env=env)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM of a process in MB (Linux), or None if unavailable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
