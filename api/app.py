@@ -9,10 +9,12 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
-from api.routes import contract, contributions
+from api.routes import contract, contributions, keys, org_keys
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
+from pipeline.keys import KeyVerifier
 from pipeline.objectstore import object_store_from_settings
+from pipeline.ratelimit import KeyRateLimiter
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.
@@ -31,8 +33,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = Database.from_settings(settings)
     app.state.store = object_store_from_settings(settings)
+    app.state.key_verifier = KeyVerifier(app.state.db, KeyRateLimiter.from_settings(settings))
     install_error_handlers(app)
-    for module in (contract, contributions):
+    for module in (contract, contributions, keys, org_keys):
         app.include_router(module.router)
 
     def limit_for(path: str) -> int:

@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import Unauthenticated
-from pipeline.keys import KeyPrincipal, authenticate_key
+from pipeline.keys import KeyPrincipal, KeyVerifier
 from pipeline.objectstore import ObjectStore
 from pipeline.sessions import Identity, admin_identity, decode_token
 
@@ -64,19 +64,28 @@ def client_ip(request: Request, settings: Settings) -> str | None:
     return peer
 
 
+def get_key_verifier(request: Request) -> KeyVerifier:
+    """The app's key verifier (rate limiter and last-used throttle), made once in create_app."""
+    verifier: KeyVerifier = request.app.state.key_verifier
+    return verifier
+
+
 def platform_key(scope: str | None = None) -> Callable[..., KeyPrincipal]:
-    """Dependency factory: a verified `platform` API key with `scope` (spec §5)."""
+    """Dependency factory: a verified `platform` API key with `scope` (spec §5).
+
+    Checks active, unexpired, service `platform`, allowed_ips, scope, then counts the request
+    against the key's rate_limit_per_hour (429 with Retry-After when over it).
+    """
 
     def dependency(
         request: Request,
         settings: Settings = Depends(get_settings),
-        db: Database = Depends(get_db),
+        verifier: KeyVerifier = Depends(get_key_verifier),
     ) -> KeyPrincipal:
         token = bearer_token(request)
         if not token:
             raise Unauthenticated("missing API key")
-        return authenticate_key(
-            db,
+        return verifier.use(
             token,
             client_ip=client_ip(request, settings),
             service_id="platform",

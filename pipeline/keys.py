@@ -10,18 +10,28 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
+import math
 import secrets
+import threading
+import time
+import unicodedata
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.db import Database
-from pipeline.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
-from pipeline.tables import ApiKey, utcnow
+from pipeline.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
+from pipeline.ratelimit import KeyRateLimiter
+from pipeline.tables import ApiKey, KeyUsage, utcnow
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "mk"
 SECRET_BYTES = 24  # 192 bits
@@ -29,6 +39,20 @@ DISPLAY_CHARS = 12
 
 ServiceId = Literal["prediction", "platform"]
 Environment = Literal["production", "test", "development"]
+
+MAX_SCOPES = 50
+MAX_SCOPE_CHARS = 100
+MAX_ALLOWED_IPS = 100
+INT32_MAX = 2_147_483_647  # the columns are 32-bit integers on PostgreSQL
+# Presented keys longer than this are refused without a lookup.
+MAX_PRESENTED_KEY_CHARS = 256
+
+
+def _printable(value: str, what: str) -> str:
+    """Refuse control characters (NUL breaks PostgreSQL text; the rest break logs and UIs)."""
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValueError(f"{what} must not contain control characters")
+    return value
 
 
 class KeyCreate(BaseModel):
@@ -38,13 +62,39 @@ class KeyCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=100)
     service_id: ServiceId
-    scopes: list[str] = Field(default_factory=list)
+    scopes: list[str] = Field(default_factory=list, max_length=MAX_SCOPES)
     environment: Environment = "production"
     expires_in_days: int | None = Field(default=None, ge=1, le=365)
     rate_limit_per_hour: int = Field(default=1000, ge=10, le=100_000)
-    monthly_prediction_limit: int | None = Field(default=None, ge=0)
-    allowed_ips: list[str] | None = None
-    billing_plan: str = Field(default="free", min_length=1, max_length=50)
+    monthly_prediction_limit: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    allowed_ips: list[str] | None = Field(default=None, max_length=MAX_ALLOWED_IPS)
+    billing_plan: str = Field(
+        default="free", min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+
+    @field_validator(
+        "expires_in_days", "rate_limit_per_hour", "monthly_prediction_limit", mode="before"
+    )
+    @classmethod
+    def _not_boolean(cls, value: Any) -> Any:
+        # JSON true/false are not numbers, although Python's bool is an int.
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a boolean")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        return _printable(value, "name")
+
+    @field_validator("scopes")
+    @classmethod
+    def _valid_scopes(cls, value: list[str]) -> list[str]:
+        for scope in value:
+            if not 1 <= len(scope) <= MAX_SCOPE_CHARS:
+                raise ValueError(f"each scope must be 1 to {MAX_SCOPE_CHARS} characters")
+            _printable(scope, "scopes")
+        return list(dict.fromkeys(value))
 
     @field_validator("allowed_ips")
     @classmethod
@@ -53,10 +103,11 @@ class KeyCreate(BaseModel):
             return None
         for entry in value:
             try:
-                ipaddress.ip_network(entry, strict=False)
+                ipaddress.ip_network(entry.strip(), strict=False)
             except ValueError:
-                raise ValueError(f"{entry!r} is not an IP address or CIDR range") from None
-        return value
+                shown = entry[:60] if entry.isprintable() else "entry"
+                raise ValueError(f"{shown!r} is not an IP address or CIDR range") from None
+        return [entry.strip() for entry in value]
 
 
 def hash_key(api_key: str) -> str:
@@ -141,10 +192,30 @@ def create_key(
     return IssuedKey(value, row)
 
 
+def canonical_key_id(key_id: str) -> str | None:
+    """A key_id as stored (canonical UUID text), or None when it is not a UUID."""
+    if len(key_id) > 45:
+        return None
+    try:
+        return str(uuid.UUID(key_id))
+    except ValueError:
+        return None
+
+
 def get_owned_key(session: Session, key_id: str, user_id: str) -> ApiKey:
-    """A user's own key; any other key, or a malformed id, is NotFound."""
-    key = session.get(ApiKey, key_id) if len(key_id) <= 36 else None
+    """A user's own key; any other key, an organization's key, or a malformed id, is NotFound."""
+    canonical = canonical_key_id(key_id)
+    key = session.get(ApiKey, canonical) if canonical else None
     if key is None or key.user_id != user_id or key.org_id is not None:
+        raise NotFound("API key not found")
+    return key
+
+
+def get_org_key(session: Session, key_id: str, org_id: str) -> ApiKey:
+    """A key of this organization; a key of another org, or a malformed id, is NotFound."""
+    canonical = canonical_key_id(key_id)
+    key = session.get(ApiKey, canonical) if canonical else None
+    if key is None or key.org_id != org_id:
         raise NotFound("API key not found")
     return key
 
@@ -193,6 +264,12 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
     session.add(row)
     session.flush()
     key.replaced_by = row.id
+    # The month's prediction count moves with the key, so rotating does not reset a quota.
+    month = billing_month(utcnow())
+    usage = session.get(KeyUsage, {"key_id": key.id, "month": month})
+    if usage is not None and usage.count:
+        session.add(KeyUsage(key_id=row.id, month=month, count=usage.count))
+        session.flush()
     return IssuedKey(value, row)
 
 
@@ -227,6 +304,22 @@ def ip_allowed(allowed: list[str] | None, client_ip: str | None) -> bool:
     return any(address in ipaddress.ip_network(entry, strict=False) for entry in allowed)
 
 
+class KeyRefused(Unauthenticated):
+    """A presented key does not verify (401); `reason` is the verify call's code."""
+
+    def __init__(self, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class KeyNotPermitted(Forbidden):
+    """A valid key used where it may not be (403): wrong service, address or scope."""
+
+    def __init__(self, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 def authenticate_key(
     db: Database,
     api_key: str,
@@ -235,23 +328,29 @@ def authenticate_key(
     service_id: str | None = None,
     scope: str | None = None,
 ) -> KeyPrincipal:
-    """Verify a presented key: known, active, unexpired, allowed from this address and scope."""
+    """Verify a presented key: known, active, unexpired, allowed from this address and scope.
+
+    Unknown, revoked and rotated-out keys are refused alike (reason `invalid`). Every call reads
+    the database: there is no cache that could let a revoked key through.
+    """
+    if not api_key or len(api_key) > MAX_PRESENTED_KEY_CHARS:
+        raise KeyRefused("invalid API key", "invalid")
     digest = hash_key(api_key)
     with db.session() as session:
         key = session.scalar(select(ApiKey).where(ApiKey.key_hash == digest))
         # The hash lookup already matched; compare again in constant time for defence in depth.
         if key is None or not hmac.compare_digest(key.key_hash, digest):
-            raise Unauthenticated("invalid API key")
+            raise KeyRefused("invalid API key", "invalid")
         if not key.is_active:
-            raise Unauthenticated("invalid API key")
+            raise KeyRefused("invalid API key", "invalid")
         if key.expires_at is not None and key.expires_at <= utcnow():
-            raise Unauthenticated("API key expired")
+            raise KeyRefused("API key expired", "expired")
         if service_id is not None and key.service_id != service_id:
-            raise Forbidden(f"this endpoint needs a {service_id!r} key")
+            raise KeyNotPermitted(f"this endpoint needs a {service_id!r} key", "wrong_service")
         if not ip_allowed(key.allowed_ips, client_ip):
-            raise Forbidden("client address not allowed for this key")
+            raise KeyNotPermitted("client address not allowed for this key", "ip_not_allowed")
         if scope is not None and key.scopes and scope not in key.scopes:
-            raise Forbidden(f"key lacks scope {scope!r}")
+            raise KeyNotPermitted(f"key lacks scope {scope!r}", "insufficient_scope")
         return KeyPrincipal(
             key_id=key.id,
             user_id=key.user_id,
@@ -261,3 +360,136 @@ def authenticate_key(
             rate_limit_per_hour=key.rate_limit_per_hour,
             monthly_prediction_limit=key.monthly_prediction_limit,
         )
+
+
+def billing_month(moment: datetime) -> str:
+    """The calendar month (UTC) a use counts towards, as YYYY-MM."""
+    return moment.astimezone(UTC).strftime("%Y-%m")
+
+
+def _next_month_start(moment: datetime) -> datetime:
+    moment = moment.astimezone(UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC)
+
+
+def consume_prediction(
+    db: Database, key_id: str, limit: int, *, now: datetime | None = None
+) -> int:
+    """Count one prediction for the key this month; RateLimited once `limit` is reached.
+
+    One atomic upsert: INSERT … ON CONFLICT DO UPDATE SET count = count + 1 WHERE count < limit
+    RETURNING count. PostgreSQL locks the row and re-checks the WHERE on the latest version;
+    SQLite serialises writers; so concurrent callers never push the count past the limit.
+    """
+    now = now or utcnow()
+    if limit > 0:
+        dialect = postgresql if db.engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(KeyUsage).values(key_id=key_id, month=billing_month(now), count=1)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[KeyUsage.key_id, KeyUsage.month],
+            set_={"count": KeyUsage.count + 1},
+            where=KeyUsage.count < limit,
+        ).returning(KeyUsage.count)
+        with db.engine.begin() as conn:
+            count = conn.execute(stmt).scalar()
+        if count is not None:
+            return int(count)
+    retry_after = max(1, math.ceil((_next_month_start(now) - now).total_seconds()))
+    raise RateLimited(
+        f"monthly prediction limit of {limit} reached for this key", retry_after=retry_after
+    )
+
+
+def predictions_this_month(session: Session, key_id: str, *, now: datetime | None = None) -> int:
+    usage = session.get(KeyUsage, {"key_id": key_id, "month": billing_month(now or utcnow())})
+    return usage.count if usage else 0
+
+
+class LastUsedRecorder:
+    """Writes `last_used_at` at most once per `interval` seconds per key.
+
+    A process skips the write when it wrote for the key within the interval; the UPDATE itself
+    only changes a row whose value is older than the interval, so several processes together
+    still write about once per interval. `last_used_at` is therefore accurate to `interval`.
+    """
+
+    def __init__(self, interval: float = 60.0, clock: Any = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._written: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def _due(self, key_id: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            last = self._written.get(key_id)
+            if last is not None and now - last < self.interval:
+                return False
+            self._written[key_id] = now
+            if len(self._written) > 50_000:
+                cutoff = now - self.interval
+                self._written = {k: t for k, t in self._written.items() if t >= cutoff}
+            return True
+
+    def touch(self, db: Database, key_id: str) -> None:
+        if not self._due(key_id):
+            return
+        now = utcnow()
+        stmt = (
+            update(ApiKey)
+            .where(ApiKey.id == key_id)
+            .where(
+                ApiKey.last_used_at.is_(None)
+                | (ApiKey.last_used_at < now - timedelta(seconds=self.interval))
+            )
+            .values(last_used_at=now)
+        )
+        try:
+            with db.engine.begin() as conn:
+                conn.execute(stmt)
+        except Exception as exc:  # best effort: a failed timestamp must not fail the request
+            log.warning("could not record last use of key %s: %s", key_id, type(exc).__name__)
+
+
+class KeyVerifier:
+    """One use of a key: authenticate, rate-limit, count a prediction, note the last use.
+
+    One per app (see `api.app.create_app`). It holds no verification cache; only the rate-limit
+    window and the last-used throttle live here.
+    """
+
+    def __init__(
+        self, db: Database, limiter: KeyRateLimiter, recorder: LastUsedRecorder | None = None
+    ) -> None:
+        self.db = db
+        self.limiter = limiter
+        self.recorder = recorder or LastUsedRecorder()
+
+    def use(
+        self,
+        api_key: str,
+        *,
+        client_ip: str | None,
+        service_id: str | None = None,
+        scope: str | None = None,
+    ) -> KeyPrincipal:
+        principal = authenticate_key(
+            self.db, api_key, client_ip=client_ip, service_id=service_id, scope=scope
+        )
+        self.limiter.hit(principal.key_id, principal.rate_limit_per_hour)
+        if principal.service_id == "prediction" and principal.monthly_prediction_limit is not None:
+            consume_prediction(self.db, principal.key_id, principal.monthly_prediction_limit)
+        self.recorder.touch(self.db, principal.key_id)
+        return principal
+
+
+def verify_result(principal: KeyPrincipal) -> dict[str, Any]:
+    """The verify call's answer for a valid key."""
+    return {
+        "valid": True,
+        "key_id": principal.key_id,
+        "service_id": principal.service_id,
+        "scopes": list(principal.scopes),
+        "user_id": principal.user_id,
+    }
