@@ -46,6 +46,10 @@ class ArrivalQueue(Protocol):
 
     def delete(self, message: QueueMessage) -> None: ...
 
+    def defer(self, message: QueueMessage, seconds: int) -> None:
+        """Hand the message back, to be received again after about `seconds`."""
+        ...
+
 
 def s3_event_body(bucket: str, stored: StoredObject) -> str:
     """An `ObjectCreated:Put` notification as S3 would send it (key URL-encoded)."""
@@ -129,6 +133,10 @@ class LocalArrivalQueue:
         with self.db.session() as session:
             session.execute(delete(ArrivalEvent).where(ArrivalEvent.id == int(message.handle)))
 
+    def defer(self, message: QueueMessage, seconds: int) -> None:
+        # A row stays until deleted; the next receive sees it again.
+        return None
+
 
 class SqsArrivalQueue:
     """Long-polls one SQS queue with boto3."""
@@ -153,6 +161,13 @@ class SqsArrivalQueue:
 
     def delete(self, message: QueueMessage) -> None:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message.handle)
+
+    def defer(self, message: QueueMessage, seconds: int) -> None:
+        self.client.change_message_visibility(
+            QueueUrl=self.queue_url,
+            ReceiptHandle=message.handle,
+            VisibilityTimeout=max(0, min(seconds, 43_200)),
+        )
 
 
 def arrival_queue_from_settings(settings: Settings, db: Database) -> ArrivalQueue:

@@ -195,7 +195,8 @@ class DatasetArrival(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     source: Mapped[str] = mapped_column(String(20))  # sqs | local
-    run_key: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    # Null until an evaluation run is requested for the arrival; indexed for that lookup.
+    run_key: Mapped[str | None] = mapped_column(String(300), nullable=True, index=True)
     received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 

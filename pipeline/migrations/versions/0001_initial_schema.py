@@ -54,6 +54,9 @@ def upgrade() -> None:
         batch_op.create_index(
             batch_op.f("ix_dataset_arrivals_received_at"), ["received_at"], unique=False
         )
+        batch_op.create_index(
+            batch_op.f("ix_dataset_arrivals_run_key"), ["run_key"], unique=False
+        )
 
     op.create_table(
         "models",
@@ -345,6 +348,7 @@ def downgrade() -> None:
     op.drop_table("organizations")
     op.drop_table("models")
     with op.batch_alter_table("dataset_arrivals", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_dataset_arrivals_run_key"))
         batch_op.drop_index(batch_op.f("ix_dataset_arrivals_received_at"))
         batch_op.drop_index(batch_op.f("ix_dataset_arrivals_model_id"))
 
