@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import ASSET_CHECKS, ASSETS, JOBS, RESOURCES
+from sensors import RESOURCES as SENSOR_RESOURCES
 from sensors import SENSORS
 
 defs = dg.Definitions(
@@ -12,5 +13,5 @@ defs = dg.Definitions(
     asset_checks=ASSET_CHECKS,
     jobs=JOBS,
     sensors=SENSORS,
-    resources=RESOURCES,
+    resources={**RESOURCES, **SENSOR_RESOURCES},
 )

@@ -1,0 +1,140 @@
+"""Evaluation schedules (spec §2.7, §4.4): one cron schedule per model; platform API key auth.
+
+POST creates (201), PUT updates (200; never creates: 404 when there is none), GET reads (200),
+DELETE removes (204). Bodies are the spec §2.7 resource.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from api.deps import get_db, platform_key
+from pipeline.db import Database
+from pipeline.errors import InvalidInput
+from pipeline.keys import KeyPrincipal
+from pipeline.schedules import (
+    create_schedule,
+    delete_schedule,
+    get_schedule,
+    schedule_view,
+    update_schedule,
+)
+
+router = APIRouter(prefix="/api/v1/models", tags=["evaluation schedules"])
+
+ModelId = Annotated[int, Path(description="model id", ge=1, le=2**31 - 1)]
+ERRORS = {
+    400: {"description": "malformed body or parameters"},
+    401: {"description": "missing or invalid API key"},
+    404: {"description": "unknown model, or no schedule"},
+}
+
+
+class ScheduleCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cron_expression: StrictStr = Field(
+        description="standard 5-field cron (UTC) or an alias such as @daily", max_length=1000
+    )
+    enabled: StrictBool = True
+
+
+class ScheduleUpdate(BaseModel):
+    """Both fields as in §4.4; a field left out keeps its current value."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cron_expression: StrictStr | None = Field(default=None, max_length=1000)
+    enabled: StrictBool | None = None
+
+
+class EvaluationScheduleOut(BaseModel):
+    """Spec §2.7."""
+
+    id: str
+    model_id: str
+    cron_expression: str
+    enabled: bool
+    last_run_at: str | None
+    next_run_at: str | None
+    created_at: str
+    updated_at: str
+
+
+PATH = "/{model_id}/evaluation-schedule"
+
+
+@router.post(
+    PATH,
+    status_code=201,
+    response_model=EvaluationScheduleOut,
+    summary="Create the model's evaluation schedule",
+    responses={
+        **ERRORS,
+        409: {"description": "a schedule exists, or the model has no benchmark spec"},
+        422: {"description": "cron expression not valid"},
+    },
+)
+def post_schedule(
+    model_id: ModelId,
+    body: ScheduleCreate,
+    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    db: Database = Depends(get_db),
+) -> dict[str, object]:
+    with db.session() as session:
+        schedule = create_schedule(session, model_id, body.cron_expression, body.enabled)
+        return schedule_view(schedule)
+
+
+@router.put(
+    PATH,
+    response_model=EvaluationScheduleOut,
+    summary="Update or disable the model's evaluation schedule",
+    responses={**ERRORS, 422: {"description": "cron expression not valid"}},
+)
+def put_schedule(
+    model_id: ModelId,
+    body: ScheduleUpdate,
+    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    db: Database = Depends(get_db),
+) -> dict[str, object]:
+    if body.cron_expression is None and body.enabled is None:
+        raise InvalidInput("body needs cron_expression and/or enabled")
+    with db.session() as session:
+        schedule = update_schedule(session, model_id, body.cron_expression, body.enabled)
+        return schedule_view(schedule)
+
+
+@router.get(
+    PATH,
+    response_model=EvaluationScheduleOut,
+    summary="Read the model's evaluation schedule",
+    responses=ERRORS,
+)
+def read_schedule(
+    model_id: ModelId,
+    _: KeyPrincipal = Depends(platform_key("schedules:read")),
+    db: Database = Depends(get_db),
+) -> dict[str, object]:
+    with db.session() as session:
+        return schedule_view(get_schedule(session, model_id))
+
+
+@router.delete(
+    PATH,
+    status_code=204,
+    response_class=Response,
+    summary="Delete the model's evaluation schedule",
+    responses=ERRORS,
+)
+def remove_schedule(
+    model_id: ModelId,
+    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    db: Database = Depends(get_db),
+) -> Response:
+    with db.session() as session:
+        delete_schedule(session, model_id)
+    return Response(status_code=204)

@@ -1,0 +1,142 @@
+"""The dataset-arrival sensor: queue → recorded arrivals → partitions → debounced evaluation runs.
+
+One tick:
+1. reads at most `max_messages` messages (SQS, or the embedded queue table) within a time budget
+   well under Dagster's tick timeout, records each arrival once and deletes a message only after
+   its records are committed (malformed messages and test events are logged and deleted);
+2. adds each newly recorded arrival to the debounce cursor, and any recorded arrival that no run
+   has been requested for but the cursor does not hold (a tick that failed after committing
+   loses its cursor update; the database still knows);
+3. releases the batches whose window has passed (trailing edge from the first arrival, see
+   `pipeline.arrivals`): one run per model for its newest version, `run_key` derived from the
+   batch, the arrival rows marked with that run key;
+4. returns the new partitions, the run requests and the cursor JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import dagster as dg
+
+from assets.partitions import (
+    EVALUATION_JOB,
+    TAG_CONCURRENCY,
+    TAG_MODEL,
+    TAG_TRIGGER,
+    TAG_VERSIONS,
+    dataset_versions,
+    partition_key,
+)
+from pipeline.arrivals import (
+    DebounceCursor,
+    batch_run_key,
+    drain_queue,
+    mark_run_key,
+    pending_arrivals,
+)
+from pipeline.tables import utcnow
+from sensors.resources import SensorStore
+
+ARRIVAL_SENSOR = "dataset_arrival_sensor"
+MAX_MESSAGES_PER_TICK = 500
+TICK_BUDGET_SECONDS = 20.0
+RECONCILE_LIMIT = 1000
+
+
+def evaluation_request(
+    model_id: int, versions: list[str], run_key: str, trigger: str
+) -> dg.RunRequest:
+    """The run the evaluation job gets for a model: its newest version's partition."""
+    return dg.RunRequest(
+        job_name=EVALUATION_JOB,
+        partition_key=partition_key(model_id, versions[-1]),
+        run_key=run_key,
+        tags={
+            TAG_CONCURRENCY: "true",
+            TAG_MODEL: str(model_id),
+            TAG_TRIGGER: trigger,
+            TAG_VERSIONS: ",".join(versions),
+        },
+    )
+
+
+def make_arrival_sensor(
+    *,
+    name: str = ARRIVAL_SENSOR,
+    minimum_interval_seconds: int = 30,
+    max_messages: int = MAX_MESSAGES_PER_TICK,
+    time_budget_seconds: float = TICK_BUDGET_SECONDS,
+    clock: Callable[[], datetime] = utcnow,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=name,
+        job_name=EVALUATION_JOB,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Records dataset arrivals from the arrival queue and requests one "
+        "evaluation run per model per debounce window.",
+    )
+    def dataset_arrival_sensor(
+        context: dg.SensorEvaluationContext, sensor_store: SensorStore
+    ) -> dg.SensorResult:
+        now = clock()
+        try:
+            cursor = DebounceCursor.from_json(context.cursor)
+        except ValueError as exc:
+            # The database still holds every pending arrival: start over from it.
+            context.log.warning(f"discarding unreadable cursor: {exc}")
+            cursor = DebounceCursor()
+
+        with sensor_store.open() as tick:
+            report = drain_queue(
+                tick.queue,
+                tick.db,
+                tick.store,
+                now=now,
+                max_messages=max_messages,
+                time_budget_seconds=time_budget_seconds,
+                expected_bucket=tick.dataset_bucket,
+            )
+            new_partitions: set[str] = set()
+            for arrival in report.recorded:
+                assert arrival.model_id is not None and arrival.version is not None
+                cursor.add(arrival.model_id, arrival.version, arrival.received_at or now)
+                new_partitions.add(partition_key(arrival.model_id, arrival.version))
+
+            with tick.db.session() as session:
+                for pending in pending_arrivals(session, RECONCILE_LIMIT):
+                    if not cursor.contains(pending.model_id, pending.version):
+                        cursor.add(pending.model_id, pending.version, pending.received_at)
+                        new_partitions.add(partition_key(pending.model_id, pending.version))
+
+            window = tick.settings.evaluation_debounce_window_seconds
+            run_requests = []
+            due = cursor.due(now, window)
+            with tick.db.session() as session:
+                for model_id in due:
+                    versions = cursor.pending[model_id].versions
+                    run_key = batch_run_key(model_id, versions)
+                    mark_run_key(session, model_id, versions, run_key)
+                    run_requests.append(evaluation_request(model_id, versions, run_key, "arrival"))
+                    # Partitions again: harmless when they exist, needed if an earlier add was lost.
+                    new_partitions.update(partition_key(model_id, v) for v in versions)
+            for model_id in due:
+                cursor.pop(model_id)
+
+        if report.received:
+            context.log.info(f"arrival queue ({tick.queue.source}): {report.summary()}")
+        partition_requests = (
+            [dataset_versions.build_add_request(sorted(new_partitions))] if new_partitions else []
+        )
+        return dg.SensorResult(
+            run_requests=run_requests,
+            skip_reason=None
+            if run_requests
+            else f"no batch due ({len(cursor.pending)} model(s) pending)",
+            dynamic_partitions_requests=partition_requests,
+            cursor=cursor.to_json(),
+        )
+
+    return dataset_arrival_sensor
