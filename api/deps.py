@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from pipeline.config import Settings
 from pipeline.db import Database
@@ -70,22 +71,21 @@ def get_key_verifier(request: Request) -> KeyVerifier:
     return verifier
 
 
-def platform_key(scope: str | None = None) -> Callable[..., KeyPrincipal]:
+def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincipal]]:
     """Dependency factory: a verified `platform` API key with `scope` (spec §5).
 
     Checks active, unexpired, service `platform`, allowed_ips, scope, then counts the request
-    against the key's rate_limit_per_hour (429 with Retry-After when over it).
+    against the key's rate_limit_per_hour (429 with Retry-After when over it). Async, with the
+    blocking check in one worker-thread hop: this runs on every platform request.
     """
 
-    def dependency(
-        request: Request,
-        settings: Settings = Depends(get_settings),
-        verifier: KeyVerifier = Depends(get_key_verifier),
-    ) -> KeyPrincipal:
+    async def dependency(request: Request) -> KeyPrincipal:
         token = bearer_token(request)
         if not token:
             raise Unauthenticated("missing API key")
-        return verifier.use(
+        settings: Settings = request.app.state.settings
+        return await run_in_threadpool(
+            get_key_verifier(request).use,
             token,
             client_ip=client_ip(request, settings),
             service_id="platform",

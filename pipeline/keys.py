@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -320,6 +320,21 @@ class KeyNotPermitted(Forbidden):
         self.reason = reason
 
 
+_LOOKUP_BY_HASH = select(
+    ApiKey.id,
+    ApiKey.key_hash,
+    ApiKey.user_id,
+    ApiKey.org_id,
+    ApiKey.service_id,
+    ApiKey.scopes,
+    ApiKey.is_active,
+    ApiKey.expires_at,
+    ApiKey.allowed_ips,
+    ApiKey.rate_limit_per_hour,
+    ApiKey.monthly_prediction_limit,
+).where(ApiKey.key_hash == bindparam("digest"))
+
+
 def authenticate_key(
     db: Database,
     api_key: str,
@@ -336,30 +351,31 @@ def authenticate_key(
     if not api_key or len(api_key) > MAX_PRESENTED_KEY_CHARS:
         raise KeyRefused("invalid API key", "invalid")
     digest = hash_key(api_key)
-    with db.session() as session:
-        key = session.scalar(select(ApiKey).where(ApiKey.key_hash == digest))
-        # The hash lookup already matched; compare again in constant time for defence in depth.
-        if key is None or not hmac.compare_digest(key.key_hash, digest):
-            raise KeyRefused("invalid API key", "invalid")
-        if not key.is_active:
-            raise KeyRefused("invalid API key", "invalid")
-        if key.expires_at is not None and key.expires_at <= utcnow():
-            raise KeyRefused("API key expired", "expired")
-        if service_id is not None and key.service_id != service_id:
-            raise KeyNotPermitted(f"this endpoint needs a {service_id!r} key", "wrong_service")
-        if not ip_allowed(key.allowed_ips, client_ip):
-            raise KeyNotPermitted("client address not allowed for this key", "ip_not_allowed")
-        if scope is not None and key.scopes and scope not in key.scopes:
-            raise KeyNotPermitted(f"key lacks scope {scope!r}", "insufficient_scope")
-        return KeyPrincipal(
-            key_id=key.id,
-            user_id=key.user_id,
-            org_id=key.org_id,
-            service_id=key.service_id,
-            scopes=list(key.scopes or []),
-            rate_limit_per_hour=key.rate_limit_per_hour,
-            monthly_prediction_limit=key.monthly_prediction_limit,
-        )
+    # A Core select of the needed columns: this runs on every authenticated request.
+    with db.engine.connect() as conn:
+        key = conn.execute(_LOOKUP_BY_HASH, {"digest": digest}).first()
+    # The hash lookup already matched; compare again in constant time for defence in depth.
+    if key is None or not hmac.compare_digest(key.key_hash, digest):
+        raise KeyRefused("invalid API key", "invalid")
+    if not key.is_active:
+        raise KeyRefused("invalid API key", "invalid")
+    if key.expires_at is not None and key.expires_at <= utcnow():
+        raise KeyRefused("API key expired", "expired")
+    if service_id is not None and key.service_id != service_id:
+        raise KeyNotPermitted(f"this endpoint needs a {service_id!r} key", "wrong_service")
+    if not ip_allowed(key.allowed_ips, client_ip):
+        raise KeyNotPermitted("client address not allowed for this key", "ip_not_allowed")
+    if scope is not None and key.scopes and scope not in key.scopes:
+        raise KeyNotPermitted(f"key lacks scope {scope!r}", "insufficient_scope")
+    return KeyPrincipal(
+        key_id=key.id,
+        user_id=key.user_id,
+        org_id=key.org_id,
+        service_id=key.service_id,
+        scopes=list(key.scopes or []),
+        rate_limit_per_hour=key.rate_limit_per_hour,
+        monthly_prediction_limit=key.monthly_prediction_limit,
+    )
 
 
 def billing_month(moment: datetime) -> str:

@@ -143,8 +143,8 @@ def test_viewer_is_refused_before_the_key_is_looked_up(client: TestClient, orgs,
 def test_non_member_is_403_for_every_operation(client: TestClient, orgs, as_user) -> None:
     key = make_key(client, as_user("olivia"), orgs["acme"])
     zed = as_user("zed")
-    create = client.post(keys_url(orgs["acme"]), json={"name": "k", "service_id": "platform"},
-                         headers=zed)  # fmt: skip
+    body = {"name": "k", "service_id": "platform"}
+    create = client.post(keys_url(orgs["acme"]), json=body, headers=zed)
     listing = client.get(keys_url(orgs["acme"]), headers=zed)
     revoke = client.delete(keys_url(orgs["acme"], key["key_info"]["key_id"]), headers=zed)
     assert [create.status_code, listing.status_code, revoke.status_code] == [403, 403, 403]

@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import admin_user, client_ip, get_db, get_key_verifier, get_settings, platform_key
+from api.deps import admin_user, client_ip, get_db, get_key_verifier, platform_key
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.keys import (
@@ -22,7 +23,6 @@ from pipeline.keys import (
     KeyNotPermitted,
     KeyPrincipal,
     KeyRefused,
-    KeyVerifier,
     create_key,
     get_owned_key,
     key_info,
@@ -142,14 +142,12 @@ def index(
         429: {"description": "rate limit or monthly prediction limit reached (Retry-After)"},
     },
 )
-def verify(
-    body: VerifyRequest,
-    request: Request,
-    settings: Settings = Depends(get_settings),
-    verifier: KeyVerifier = Depends(get_key_verifier),
-) -> dict[str, Any]:
+async def verify(body: VerifyRequest, request: Request) -> dict[str, Any]:
+    # Async, with the blocking check in one worker-thread hop: this is the hot path.
+    settings: Settings = request.app.state.settings
     try:
-        principal = verifier.use(
+        principal = await run_in_threadpool(
+            get_key_verifier(request).use,
             body.api_key,
             client_ip=client_ip(request, settings),
             service_id=body.service_id,
@@ -213,7 +211,7 @@ def revoke(
         429: {"description": "rate limit reached (Retry-After)"},
     },
 )
-def whoami(principal: KeyPrincipal = Depends(platform_key())) -> dict[str, Any]:
+async def whoami(principal: KeyPrincipal = Depends(platform_key())) -> dict[str, Any]:
     return {
         "key_id": principal.key_id,
         "user_id": principal.user_id,
