@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -85,13 +84,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_dagster_yaml(text: str, settings: Settings) -> str:
+    """The instance config with SCHEDULER_MAX_CONCURRENT as the evaluation tag's run limit.
+
+    Dagster reads `tag_concurrency_limits[].limit` as a plain integer (no `{env: ...}`), so the
+    value is written into the copy that goes to DAGSTER_HOME.
+    """
+    import yaml
+
+    from assets.partitions import TAG_CONCURRENCY
+
+    config = yaml.safe_load(text) or {}
+    runs = config.setdefault("concurrency", {}).setdefault("runs", {})
+    limits = runs.get("tag_concurrency_limits") or []
+    entry = next((item for item in limits if item.get("key") == TAG_CONCURRENCY), None)
+    if entry is None:
+        entry = {"key": TAG_CONCURRENCY}
+        limits.append(entry)
+    entry["limit"] = settings.scheduler_max_concurrent
+    runs["tag_concurrency_limits"] = limits
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 def dagster_environment(settings: Settings) -> dict[str, str]:
     """Environment for Dagster processes: DAGSTER_HOME with the repo's dagster.yaml in it."""
     env = dict(os.environ)
     home = Path(env.get("DAGSTER_HOME") or settings.dagster_home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     source = REPO_ROOT / ("dagster.postgres.yaml" if settings.dagster_pg_url else "dagster.yaml")
-    shutil.copyfile(source, home / "dagster.yaml")
+    rendered = render_dagster_yaml(source.read_text(), settings)
+    (home / "dagster.yaml").write_text(rendered)
+    if settings.dagster_pg_url:
+        env["DAGSTER_PG_URL"] = settings.dagster_pg_url
     env["DAGSTER_HOME"] = str(home)
     env.setdefault("MARKETPLACE_DATA_DIR", str(settings.data_dir))
     return env
