@@ -247,6 +247,8 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
     """New value and key_id with the same configuration; the old key stops at once."""
     if not key.is_active:
         raise InvalidInput("only an active key can be rotated")
+    if key.expires_at is not None and key.expires_at <= utcnow():
+        raise InvalidInput("an expired key cannot be rotated")
     body = KeyCreate(
         name=key.name,
         service_id=key.service_id,  # type: ignore[arg-type]

@@ -425,6 +425,8 @@ def test_expired_key_fails(client: TestClient, db) -> None:
         )
     assert client.get("/api/v1/whoami", headers=bearer(created["api_key"])).status_code == 401
     assert verify(client, created["api_key"]) == {"valid": False, "reason": "expired"}
+    rotated = client.post(f"/api/v1/keys/{created['key_info']['key_id']}/rotate", headers=ADMIN)
+    assert rotated.status_code == 400
 
 
 # --- platform key dependency (spec §5) ----------------------------------------------------------
