@@ -675,7 +675,9 @@ def test_last_used_recorder_writes_once_per_interval(client: TestClient, db) -> 
 
 def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
     caplog.set_level(logging.DEBUG)
-    logging.getLogger("sqlalchemy.engine").setLevel(logging.INFO)  # SQL and bound parameters
+    sql_logger = logging.getLogger("sqlalchemy.engine")
+    previous = sql_logger.level
+    sql_logger.setLevel(logging.INFO)  # SQL statements and their bound parameters
     try:
         created = create(client, service_id="prediction", monthly_prediction_limit=5)
         values = [created["api_key"]]
@@ -688,7 +690,7 @@ def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
         values.append(platform)
         client.get("/api/v1/whoami", headers=bearer(platform))
     finally:
-        logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
+        sql_logger.setLevel(previous)
     assert caplog.records, "the capture saw nothing; the test would prove nothing"
     logged = caplog.text + "".join(repr(r.args) for r in caplog.records)
     for value in values:
