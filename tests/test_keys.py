@@ -691,7 +691,7 @@ def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
         client.get("/api/v1/whoami", headers=bearer(platform))
     finally:
         sql_logger.setLevel(previous)
-    assert caplog.records, "the capture saw nothing; the test would prove nothing"
+    assert "api_keys" in caplog.text, "the capture saw no SQL; the test would prove little"
     logged = caplog.text + "".join(repr(r.args) for r in caplog.records)
     for value in values:
         assert value not in logged
