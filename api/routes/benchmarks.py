@@ -1,0 +1,163 @@
+"""Benchmark dataset upload (spec §4.3): a CSV or Parquet file becomes a BenchmarkSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import get_db, get_settings, get_store, platform_key
+from api.streaming_form import read_streaming_form
+from pipeline.config import Settings
+from pipeline.db import Database
+from pipeline.errors import InvalidInput
+from pipeline.evaluation import DIRECTIONS, METRICS
+from pipeline.keys import KeyPrincipal
+from pipeline.objectstore import ObjectStore
+from pipeline.uploads import (
+    FORM_FIELDS,
+    DatasetIntake,
+    accept_benchmark_upload,
+    load_upload_target,
+    upload_tmp_root,
+)
+
+UPLOAD_SCOPE = "benchmarks:write"
+
+router = APIRouter(prefix="/api/v1/benchmarks", tags=["benchmarks"])
+
+
+class BenchmarkUploadResult(BaseModel):
+    """Spec §2.6."""
+
+    s3_uri: str
+    sha256_hash: str
+    spec_id: str
+    filename: str
+    file_size_bytes: int
+
+
+class ErrorBody(BaseModel):
+    detail: str
+
+
+UPLOAD_FORM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {
+            "type": "string",
+            "format": "binary",
+            "contentMediaType": "application/octet-stream",
+            "description": "CSV (UTF-8, header line) or Parquet; at most 500 MB",
+        },
+        "eval_split": {
+            "type": "string",
+            "default": "test",
+            "maxLength": 100,
+            "description": "split used for evaluation",
+        },
+        "metric_name": {
+            "type": "string",
+            "default": "accuracy",
+            "enum": list(METRICS),
+            "description": "metric tracked; must suit the model's task type",
+        },
+        "metric_direction": {
+            "type": "string",
+            "default": "higher_is_better",
+            "enum": list(DIRECTIONS),
+        },
+        "target_column": {
+            "type": "string",
+            "default": "target",
+            "maxLength": 200,
+            "description": "column with ground-truth labels",
+        },
+        "input_columns": {
+            "type": "string",
+            "default": "",
+            "description": "comma-separated feature columns; empty means every other column",
+        },
+        "allow_pii": {
+            "type": "boolean",
+            "default": False,
+            "description": "when false, PII found in the file's text columns rejects it",
+        },
+    },
+}
+
+UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": UPLOAD_FORM_SCHEMA}},
+    }
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+@router.post(
+    "/upload/{model_id}",
+    status_code=201,
+    response_model=BenchmarkUploadResult,
+    summary="Upload a benchmark dataset (CSV or Parquet)",
+    openapi_extra=UPLOAD_BODY,
+    responses={
+        400: _error("not CSV or Parquet, malformed form, or a bad form value"),
+        401: _error("missing or invalid API key"),
+        403: _error("the key is not a platform key, lacks the scope, or the address"),
+        404: _error("unknown model"),
+        413: _error("the file exceeds 500 MB"),
+        422: _error("fewer than 50 rows, a declared column missing or empty, or PII found"),
+        429: _error("the key's hourly rate limit is exhausted"),
+    },
+)
+async def upload_benchmark(
+    model_id: int,
+    request: Request,
+    principal: KeyPrincipal = Depends(platform_key(UPLOAD_SCOPE)),
+    db: Database = Depends(get_db),
+    store: ObjectStore = Depends(get_store),
+    settings: Settings = Depends(get_settings),
+) -> BenchmarkUploadResult:
+    """Stream the file to a temp file while checking it, then store it as the next version."""
+    target = await run_in_threadpool(load_upload_target, db, model_id)
+    intake = DatasetIntake(
+        upload_tmp_root(settings),
+        max_bytes=settings.upload_max_bytes,
+        sample_size=settings.max_sample_size,
+    )
+
+    def on_file(filename: str | None) -> None:
+        intake.filename = filename
+
+    try:
+        form = await read_streaming_form(
+            request,
+            file_field="file",
+            text_fields=FORM_FIELDS,
+            sink=intake.write,
+            on_file=on_file,
+            max_file_bytes=settings.upload_max_bytes,
+        )
+        if not form.file_received:
+            raise InvalidInput("the form field 'file' is required")
+        upload = await run_in_threadpool(
+            accept_benchmark_upload,
+            db,
+            store,
+            settings,
+            target=target,
+            intake=intake,
+            fields=form.fields,
+            created_by=principal.user_id,
+            local_queue=not settings.dataset_arrival_sqs_queue_url,
+        )
+    finally:
+        await run_in_threadpool(intake.close)
+    return BenchmarkUploadResult(**upload.response())
