@@ -300,9 +300,11 @@ def ip_allowed(allowed: list[str] | None, client_ip: str | None) -> bool:
     if client_ip is None:
         return False
     try:
-        address = ipaddress.ip_address(client_ip)
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(client_ip)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:192.0.2.1 from a dual-stack socket is 192.0.2.1
     return any(address in ipaddress.ip_network(entry, strict=False) for entry in allowed)
 
 

@@ -508,6 +508,26 @@ def test_allowed_ips_v4_and_v6_with_trusted_proxy(make_settings) -> None:
         app.state.db.dispose()
 
 
+@pytest.mark.parametrize(
+    ("allowed", "address", "expected"),
+    [
+        (None, None, True),
+        ([], "203.0.113.1", True),
+        (["192.0.2.7"], "192.0.2.7", True),
+        (["192.0.2.7"], "192.0.2.8", False),
+        (["192.0.2.0/24"], "::ffff:192.0.2.9", True),
+        (["2001:db8::/32"], "2001:db8:1::1", True),
+        (["2001:db8::/32"], "192.0.2.1", False),
+        (["192.0.2.0/24"], None, False),
+        (["192.0.2.0/24"], "testclient", False),
+    ],
+)
+def test_ip_allowed(allowed, address, expected) -> None:
+    from pipeline.keys import ip_allowed
+
+    assert ip_allowed(allowed, address) is expected
+
+
 def test_forwarded_for_is_ignored_from_untrusted_peers(client: TestClient) -> None:
     key = create(client, allowed_ips=["192.0.2.0/24"])["api_key"]
     headers = {**bearer(key), "X-Forwarded-For": "192.0.2.77"}
