@@ -9,7 +9,17 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
-from api.routes import arrivals, contract, contributions, keys, org_keys, schedules
+from api.routes import (
+    arrivals,
+    benchmarks,
+    contract,
+    contributions,
+    keys,
+    org_keys,
+    rewards,
+    schedules,
+    web,
+)
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
 from pipeline.keys import KeyVerifier
@@ -35,8 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = object_store_from_settings(settings)
     app.state.key_verifier = KeyVerifier(app.state.db, KeyRateLimiter.from_settings(settings))
     install_error_handlers(app)
-    for module in (contract, contributions, keys, org_keys, schedules, arrivals):
+    for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):
         app.include_router(module.router)
+    app.include_router(rewards.router)
 
     def limit_for(path: str) -> int:
         if UPLOAD_PATH.match(path):

@@ -1,0 +1,140 @@
+"""Web pages for contributors: the model list and the data-spec-driven contribution form.
+
+The pages are server-rendered shells; the form itself is built in the browser from the model's
+data-spec (fetched at run time from `/api/models/{id}/data-spec`) by `static/contribute.js`,
+which validates rows with the same JSON Schema (Ajv, vendored in `static/vendor/`) and posts
+them to the contributions endpoint with the session cookie.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+
+from api.deps import get_db, get_settings
+from pipeline.config import Settings
+from pipeline.db import Database
+from pipeline.errors import NotFound, Unauthenticated
+from pipeline.registry import get_model, list_models
+from pipeline.sessions import decode_token
+
+router = APIRouter(tags=["web"], include_in_schema=False)
+
+WEB_DIR = Path(__file__).resolve().parent.parent
+STATIC_DIR = WEB_DIR / "static"
+TEMPLATE_DIR = WEB_DIR / "templates"
+
+# Only these files are served; nothing else under api/ is reachable through /static/.
+STATIC_FILES: dict[str, str] = {
+    "contribute.js": "text/javascript; charset=utf-8",
+    "web.css": "text/css; charset=utf-8",
+    "vendor/ajv2020.bundle.js": "text/javascript; charset=utf-8",
+}
+
+# Ajv compiles schemas with `new Function`, hence 'unsafe-eval'; no inline script or style.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self'; "
+        "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _template(name: str) -> Template:
+    return Template((TEMPLATE_DIR / name).read_text(encoding="utf-8"))
+
+
+def _page(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    """Render a template; every value is HTML-escaped unless its name ends in `_html`."""
+    escaped = {
+        key: (str(value) if key.endswith("_html") else html.escape(str(value), quote=True))
+        for key, value in values.items()
+    }
+    body = _template(name).substitute(escaped)
+    return HTMLResponse(body, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def _not_found(message: str) -> HTMLResponse:
+    return _page("not_found.html", status_code=404, message=message)
+
+
+def session_user(request: Request, settings: Settings) -> tuple[str | None, str]:
+    """The signed-in user id from the session cookie, or None and why not."""
+    token = request.cookies.get(settings.session_cookie_name())
+    if not token:
+        return None, "no session cookie"
+    try:
+        return decode_token(settings, token).user_id, ""
+    except Unauthenticated as exc:
+        return None, f"the session cookie holds an {exc.detail}"
+
+
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/models", status_code=307)
+
+
+@router.get("/models", response_class=HTMLResponse)
+def models_page(db: Database = Depends(get_db)) -> HTMLResponse:
+    row = _template("model_row.html")
+    with db.session() as session:
+        rows = [
+            row.substitute(
+                id=model.id,
+                name=html.escape(model.name),
+                task_type=html.escape(model.task_type or ""),
+                description=html.escape(model.description or ""),
+            )
+            for model in list_models(session)
+        ]
+    listing = "\n".join(rows) or _template("no_models.html").template
+    return _page("models.html", models_html=listing, count=len(rows))
+
+
+@router.get("/models/{model_id}/contribute", response_class=HTMLResponse)
+def contribute_page(
+    model_id: str,
+    request: Request,
+    db: Database = Depends(get_db),
+    settings: Settings = Depends(get_settings),
+) -> HTMLResponse:
+    if not model_id.isdigit():
+        return _not_found(f"There is no model {model_id!r}.")
+    try:
+        with db.session() as session:
+            model = get_model(session, int(model_id))
+            name, description = model.name, model.description or ""
+            identifier = model.id
+    except NotFound:
+        return _not_found(f"There is no model {model_id}.")
+    user, why = session_user(request, settings)
+    return _page(
+        "contribute.html",
+        model_id=identifier,
+        model_name=name,
+        model_description=description,
+        cookie_name=settings.session_cookie_name(),
+        user=user or "",
+        session_problem=why,
+    )
+
+
+@router.get("/static/{path:path}")
+def static_file(path: str) -> Response:
+    media_type = STATIC_FILES.get(path)
+    if media_type is None:
+        return Response("not found", status_code=404, media_type="text/plain")
+    return FileResponse(
+        STATIC_DIR / path,
+        media_type=media_type,
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )
