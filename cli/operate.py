@@ -106,6 +106,18 @@ def render_dagster_yaml(text: str, settings: Settings) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def dagster_storage_url(url: str) -> str:
+    """DAGSTER_PG_URL with the psycopg2 driver, which dagster-postgres needs.
+
+    SQLAlchemy 2.1 maps a bare `postgresql://` to psycopg 3, whose server-side parameters break
+    dagster-postgres' `NOTIFY run_events, :id` statement.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in {"postgres", "postgresql", "postgresql+psycopg"}:
+        return f"postgresql+psycopg2://{rest}"
+    return url
+
+
 def dagster_environment(settings: Settings) -> dict[str, str]:
     """Environment for Dagster processes: DAGSTER_HOME with the repo's dagster.yaml in it."""
     env = dict(os.environ)
@@ -115,7 +127,7 @@ def dagster_environment(settings: Settings) -> dict[str, str]:
     rendered = render_dagster_yaml(source.read_text(), settings)
     (home / "dagster.yaml").write_text(rendered)
     if settings.dagster_pg_url:
-        env["DAGSTER_PG_URL"] = settings.dagster_pg_url
+        env["DAGSTER_PG_URL"] = dagster_storage_url(settings.dagster_pg_url)
     env["DAGSTER_HOME"] = str(home)
     env.setdefault("MARKETPLACE_DATA_DIR", str(settings.data_dir))
     return env
