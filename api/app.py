@@ -16,6 +16,7 @@ from api.routes import (
     contributions,
     keys,
     org_keys,
+    rewards,
     schedules,
     web,
 )
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):
         app.include_router(module.router)
+    app.include_router(rewards.router)
 
     def limit_for(path: str) -> int:
         if UPLOAD_PATH.match(path):

@@ -45,15 +45,35 @@ def load_model_snapshot(db: Database, model_id: int) -> ModelSnapshot:
         return ModelSnapshot(model.id, model.spec_version, model.data_spec)
 
 
-def validate_rows(model: ModelSnapshot, rows: list[dict[str, Any]]) -> None:
-    """Raise RowValidationFailed listing every failing row (spec §2.4)."""
+def validate_rows(
+    model: ModelSnapshot, rows: list[dict[str, Any]], manifest: dict[str, Any] | None = None
+) -> None:
+    """Raise RowValidationFailed listing every failing row (spec §2.4), and a bad manifest.
+
+    An invalid contributor manifest is one more error, at path `manifest` with rowIndex -1.
+    """
     errors = validator_for(model.id, model.spec_version, model.data_spec).errors_for(rows)
+    manifest_error = _manifest_error(manifest)
     if errors:
         failing = len({e.rowIndex for e in errors})
         raise RowValidationFailed(
             f"{failing} of {len(rows)} rows failed validation against the model's data-spec",
-            [e.as_dict() for e in errors],
+            [e.as_dict() for e in errors] + manifest_error,
         )
+    if manifest_error:
+        raise RowValidationFailed("the contributor manifest is invalid", manifest_error)
+
+
+def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from pipeline.rewards import parse_manifest
+
+    if manifest is None:
+        return []
+    try:
+        parse_manifest(manifest)
+    except InvalidInput as exc:
+        return [{"path": "manifest", "message": exc.detail, "rowIndex": -1}]
+    return []
 
 
 def _existing(db: Database, submitter_id: str, idempotency_key: str) -> Contribution | None:
@@ -89,7 +109,7 @@ def submit_contribution(
     model = load_model_snapshot(db, request.model_id)
     if not request.rows:
         raise InvalidInput("rows must contain at least one row")
-    validate_rows(model, request.rows)
+    validate_rows(model, request.rows, request.manifest)
     manifest_bytes = (
         json.dumps(request.manifest, indent=2).encode() if request.manifest is not None else None
     )

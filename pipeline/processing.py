@@ -391,6 +391,12 @@ def describe_batch(svc: Services, batch: Batch) -> list[VersionSummary]:
                 .where(DatasetVersion.id == item.dataset_version_id)
                 .values(row_count=len(frame), columns=[str(c) for c in frame.columns])
             )
+            if item.kind == "external" and item.contribution_id:
+                session.execute(
+                    update(Contribution)
+                    .where(Contribution.id == item.contribution_id)
+                    .values(submitted_rows=len(frame))
+                )
     return summaries
 
 

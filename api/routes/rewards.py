@@ -1,0 +1,139 @@
+"""Rewards, metric history and contributor manifests (spec §1, §2.5; reads of the pipeline).
+
+- `GET /api/rewards?wallet=0x…&limit=` — a wallet's ledger entries, newest first (public: a
+  wallet address is a public identifier, as on chain).
+- `GET /api/models/{modelId}/evaluations?limit=` — the model's metric history, newest first.
+- `GET`/`PUT /api/contributors/me` — the caller's stored contributor manifest (session auth),
+  used to pay contributions that carry no manifest of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Query, Response
+from pydantic import BaseModel
+
+from api.deps import current_user, get_db
+from pipeline.db import Database
+from pipeline.ledger import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    get_profile,
+    model_evaluations,
+    put_profile,
+    wallet_rewards,
+)
+from pipeline.registry import get_model
+from pipeline.sessions import Identity
+
+router = APIRouter(prefix="/api", tags=["rewards"])
+
+
+class RewardEntryOut(BaseModel):
+    id: int
+    modelId: int  # noqa: N815 - the API's camelCase field names
+    jobId: str | None  # noqa: N815
+    evaluationId: str  # noqa: N815
+    datasetVersion: str | None  # noqa: N815
+    tokens: float
+    metricName: str  # noqa: N815
+    improvementPct: float | None  # noqa: N815
+    createdAt: str  # noqa: N815
+
+
+class WalletRewards(BaseModel):
+    wallet: str
+    totalTokens: float  # noqa: N815
+    count: int
+    entries: list[RewardEntryOut]
+
+
+class EvaluationOut(BaseModel):
+    id: str
+    kind: str
+    trigger: str
+    datasetVersion: str | None  # noqa: N815
+    benchmarkSpecId: str  # noqa: N815
+    evalSplit: str  # noqa: N815
+    metricName: str  # noqa: N815
+    metricDirection: str  # noqa: N815
+    score: float | None
+    baselineScore: float | None  # noqa: N815
+    improvementPct: float | None  # noqa: N815
+    runId: str | None  # noqa: N815
+    createdAt: str  # noqa: N815
+
+
+class EvaluationHistory(BaseModel):
+    modelId: int  # noqa: N815
+    evaluations: list[EvaluationOut]
+
+
+class ContributorProfileOut(BaseModel):
+    userId: str  # noqa: N815
+    manifest: dict[str, Any]
+    updatedAt: str  # noqa: N815
+
+
+@router.get(
+    "/rewards",
+    response_model=WalletRewards,
+    summary="Reward ledger of a wallet, newest first",
+    responses={400: {"description": "wallet is not 0x + 40 hex (EIP-55 when mixed case)"}},
+)
+def get_rewards(
+    wallet: str = Query(..., max_length=100, description="Ethereum address, 0x + 40 hex"),
+    limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    db: Database = Depends(get_db),
+) -> dict[str, Any]:
+    return wallet_rewards(db, wallet, limit)
+
+
+@router.get(
+    "/models/{modelId}/evaluations",
+    response_model=EvaluationHistory,
+    summary="Metric history of a model, newest first",
+    responses={404: {"description": "unknown model"}},
+)
+def get_evaluations(
+    modelId: int,  # noqa: N803 - the spec's path parameter name
+    limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    db: Database = Depends(get_db),
+) -> dict[str, Any]:
+    with db.session() as session:
+        get_model(session, modelId)
+    return model_evaluations(db, modelId, limit)
+
+
+@router.get(
+    "/contributors/me",
+    response_model=ContributorProfileOut,
+    summary="The caller's stored contributor manifest",
+    responses={401: {"description": "no session"}, 404: {"description": "none stored yet"}},
+)
+def get_my_manifest(
+    user: Identity = Depends(current_user), db: Database = Depends(get_db)
+) -> dict[str, Any]:
+    return get_profile(db, user.user_id)
+
+
+@router.put(
+    "/contributors/me",
+    response_model=ContributorProfileOut,
+    summary="Store the caller's contributor manifest (spec §2.5)",
+    responses={
+        201: {"description": "stored for the first time", "model": ContributorProfileOut},
+        400: {"description": "invalid manifest; detail names the field"},
+        401: {"description": "no session"},
+    },
+)
+def put_my_manifest(
+    response: Response,
+    manifest: dict[str, Any] = Body(..., description="contributor manifest (spec §2.5)"),
+    user: Identity = Depends(current_user),
+    db: Database = Depends(get_db),
+) -> dict[str, Any]:
+    view, created = put_profile(db, user.user_id, manifest)
+    response.status_code = 201 if created else 200
+    return view

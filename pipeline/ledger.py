@@ -1,0 +1,158 @@
+"""Reads of the reward ledger and the evaluation history, and contributors' stored manifests.
+
+The ledger stores wallets in their EIP-55 spelling, so a wallet asked for in any case finds
+its entries. Writes of the ledger happen in `pipeline.processing.pay_evaluation` only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import func, select
+
+from pipeline.db import Database
+from pipeline.errors import InvalidInput, NotFound
+from pipeline.rewards import parse_manifest, to_checksum_address, validate_wallet
+from pipeline.tables import (
+    BenchmarkSpec,
+    ContributorProfile,
+    DatasetVersion,
+    Evaluation,
+    Model,
+    RewardEntry,
+    utcnow,
+)
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
+    return limit
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+    """A wallet's ledger entries, newest first, with the total over all its entries."""
+    validate_wallet(wallet)
+    check_limit(limit)
+    canonical = to_checksum_address(wallet)
+    with db.session() as session:
+        total, count = session.execute(
+            select(func.coalesce(func.sum(RewardEntry.tokens), 0.0), func.count()).where(
+                RewardEntry.wallet_address == canonical
+            )
+        ).one()
+        rows = session.execute(
+            select(RewardEntry, Evaluation, DatasetVersion.version)
+            .join(Evaluation, RewardEntry.evaluation_id == Evaluation.id)
+            .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+            .where(RewardEntry.wallet_address == canonical)
+            .order_by(RewardEntry.created_at.desc(), RewardEntry.id.desc())
+            .limit(limit)
+        ).all()
+    return {
+        "wallet": canonical,
+        "totalTokens": round(float(total), 6),
+        "count": int(count),
+        "entries": [
+            {
+                "id": entry.id,
+                "modelId": entry.model_id,
+                "jobId": entry.contribution_id,
+                "evaluationId": entry.evaluation_id,
+                "datasetVersion": version,
+                "tokens": entry.tokens,
+                "metricName": evaluation.metric_name,
+                "improvementPct": evaluation.improvement_pct,
+                "createdAt": _iso(entry.created_at),
+            }
+            for entry, evaluation, version in rows
+        ],
+    }
+
+
+def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+    """A model's metric history, newest first.
+
+    `kind` is `contribution` when the evaluation measured a contribution (score with it,
+    baseline without it) and `rescore` when it scored the model as it stands (score of the model
+    trained on all accepted rows, baseline the trivial majority-class or mean predictor).
+    """
+    check_limit(limit)
+    with db.session() as session:
+        if session.get(Model, model_id) is None:
+            raise NotFound(f"model {model_id} not found")
+        rows = session.execute(
+            select(
+                Evaluation, DatasetVersion.version, DatasetVersion.kind, BenchmarkSpec.eval_split
+            )
+            .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+            .join(BenchmarkSpec, Evaluation.benchmark_spec_id == BenchmarkSpec.id)
+            .where(Evaluation.model_id == model_id)
+            .order_by(Evaluation.created_at.desc(), Evaluation.id)
+            .limit(limit)
+        ).all()
+    return {
+        "modelId": model_id,
+        "evaluations": [
+            {
+                "id": evaluation.id,
+                "kind": "contribution" if kind in ("contribution", "external") else "rescore",
+                "trigger": evaluation.trigger,
+                "datasetVersion": version,
+                "benchmarkSpecId": evaluation.benchmark_spec_id,
+                "evalSplit": eval_split,
+                "metricName": evaluation.metric_name,
+                "metricDirection": evaluation.metric_direction,
+                "score": _finite(evaluation.score),
+                "baselineScore": _finite(evaluation.baseline_score),
+                "improvementPct": _finite(evaluation.improvement_pct),
+                "runId": evaluation.run_id,
+                "createdAt": _iso(evaluation.created_at),
+            }
+            for evaluation, version, kind, eval_split in rows
+        ],
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def get_profile(db: Database, user_id: str) -> dict[str, Any]:
+    with db.session() as session:
+        profile = session.get(ContributorProfile, user_id)
+        if profile is None:
+            raise NotFound("no contributor manifest stored; PUT /api/contributors/me stores one")
+        return _profile_view(profile)
+
+
+def put_profile(db: Database, user_id: str, manifest: Any) -> tuple[dict[str, Any], bool]:
+    """Validate and store a user's manifest; returns (view, created)."""
+    parse_manifest(manifest)
+    with db.session() as session:
+        profile = session.get(ContributorProfile, user_id)
+        created = profile is None
+        if profile is None:
+            profile = ContributorProfile(user_id=user_id, manifest=manifest)
+            session.add(profile)
+        else:
+            profile.manifest = manifest
+            profile.updated_at = utcnow()
+        session.flush()
+        return _profile_view(profile), created
+
+
+def _profile_view(profile: ContributorProfile) -> dict[str, Any]:
+    return {
+        "userId": profile.user_id,
+        "manifest": profile.manifest,
+        "updatedAt": _iso(profile.updated_at),
+    }
