@@ -217,12 +217,15 @@ def latest_versions(session: Session, model_ids: list[int]) -> dict[int, str]:
         .group_by(DatasetVersion.model_id)
         .subquery()
     )
+    # The outer filter repeats the model ids so both sides read through the model_id index.
     rows = session.execute(
-        select(DatasetVersion.model_id, DatasetVersion.version).join(
+        select(DatasetVersion.model_id, DatasetVersion.version)
+        .join(
             newest,
             (DatasetVersion.model_id == newest.c.model_id)
             & (DatasetVersion.version_number == newest.c.number),
         )
+        .where(DatasetVersion.model_id.in_(model_ids))
     )
     return {model_id: version for model_id, version in rows}
 
