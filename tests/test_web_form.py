@@ -198,13 +198,22 @@ def test_form_validates_in_browser_shows_server_errors_and_follows_the_job(
     page.fill("#m-wallet_address", "0x123")
     page.fill("#m-data_source", "CRM export")
     page.fill("#m-data_description", "Two accounts from the March billing run")
-    page.fill("#m-license", "CC-BY-4.0")
+    page.fill("#m-license", "Proprietary")
     page.click("#submit")
     assert "0x followed by 40 hexadecimal" in page.inner_text("#m-wallet_address-error")
     assert _field(page, 0, "tenure_months").locator(".error").inner_text() == ""
     assert posts == []
     page.fill("#m-wallet_address", "0x52908400098527886E0F7030069857D2E4169EE7")
     assert page.inner_text("#m-wallet_address-error") == ""  # editing clears the error
+
+    # The license identifier is checked by the server only; its error lands at the field.
+    page.click("#submit")
+    license_error = page.locator("#m-license-error")
+    license_error.wait_for(state="visible")
+    assert "unknown license identifier" in license_error.inner_text()
+    assert len(posts) == 1
+    assert _jobs(db) == []
+    page.fill("#m-license", "CC-BY-4.0")
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-form.png"), full_page=True)
@@ -233,7 +242,7 @@ def test_form_validates_in_browser_shows_server_errors_and_follows_the_job(
     assert job.locator(".job-id").inner_text() == job_id
     assert "2 rows accepted" in job.inner_text()
     page.wait_for_selector(f'li.job[data-job-id="{job_id}"][data-status="queued"]')
-    assert len(posts) == 2
+    assert len(posts) == 3
 
     [stored] = _jobs(db)
     assert stored.id == job_id

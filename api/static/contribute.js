@@ -342,6 +342,10 @@
     box.classList.remove("invalid");
     control.removeAttribute("aria-invalid");
     box.querySelector(".error").textContent = "";
+    if (!form.querySelector(".field.invalid, .row-errors:not([hidden])")) {
+      summary.hidden = true; // every error shown has been edited away
+      summary.textContent = "";
+    }
   }
 
   function showFieldError(fieldset, fieldName, message) {
@@ -382,7 +386,7 @@
     const target = $(`m-${name}-error`);
     const control = $(`m-${name}`);
     if (!target || !control) {
-      showSummary(`manifest${name ? "." + name : ""}: ${message}`);
+      showSummary(message.startsWith("manifest") ? message : `manifest.${name}: ${message}`);
       return;
     }
     target.textContent = message;
@@ -445,7 +449,13 @@
       }
       const manifestMatch = manifestPattern.exec(error.path || "");
       if (manifestMatch) {
-        showManifestError(manifestMatch[1] || "", error.message);
+        // The server names the manifest field in its message: "manifest: license: …".
+        const named = /^manifest: ([A-Za-z_]+): ([\s\S]*)$/.exec(error.message || "");
+        if (!manifestMatch[1] && named && $(`m-${named[1]}`)) {
+          showManifestError(named[1], named[2]);
+        } else {
+          showManifestError(manifestMatch[1] || "", error.message);
+        }
         continue;
       }
       showSummary(`${error.path}: ${error.message}`);
