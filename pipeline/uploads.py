@@ -61,7 +61,7 @@ HEAD_BYTES = 64 * 1024
 # ... and for CSV up to a complete header line, which may not be longer than this.
 MAX_HEAD_BYTES = 1024 * 1024
 # pyarrow parses CSV in blocks; one row must fit in a block.
-CSV_BLOCK_BYTES = 4 * 1024 * 1024
+CSV_BLOCK_BYTES = 1024 * 1024
 PARQUET_BATCH_ROWS = 64 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
@@ -193,7 +193,7 @@ def stored_filename(filename: str | None, file_format: FileFormat) -> str:
     """A safe object name: base name only, [A-Za-z0-9._-], extension matching the format."""
     name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1]
     name = unicodedata.normalize("NFKC", name)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
     stem, suffix = os.path.splitext(name)
     if _EXTENSIONS.get(suffix.lower()) != file_format:
         stem, suffix = name, f".{file_format}"
@@ -373,7 +373,7 @@ def profile_csv(stream: Any, head: CsvHead, sample_size: int) -> DatasetProfile:
     convert = pacsv.ConvertOptions(
         column_types={name: pa.string() for name in head.columns}, strings_can_be_null=True
     )
-    options = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=True)
+    options = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False)
     try:
         reader = pacsv.open_csv(
             stream, read_options=options, parse_options=_CSV_PARSE, convert_options=convert

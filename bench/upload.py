@@ -1,0 +1,235 @@
+"""Benchmark: a ~500 MB CSV benchmark upload over HTTP vs hashing and reading it in-process.
+
+    python bench/upload.py                                # own server on a temp embedded store
+    python bench/upload.py --url URL --api-key KEY [--server-pid PID] [--model-id 1]
+
+Generates a CSV shaped like the demo model (customer churn: six feature columns and the
+`churned` target), then:
+  baseline: sha256 of the file + pyarrow's read of the columns the checks need (the
+            declared target and input columns, which here also cover the text columns);
+  upload:   one streamed multipart POST /api/v1/benchmarks/upload/{model_id} with
+            Content-Length, timed from the first byte sent to the 201 response.
+A small upload first warms the server up (Presidio's analyzer loads on first use), so the
+timed upload measures the steady state. PII-scan seconds are measured in-process on the same
+sample the server scans. The server's peak RSS is its VmHWM (Linux, own server or
+--server-pid).
+
+Prints `figure: value` lines and, last, `ratio: X` = upload seconds ÷ baseline seconds
+(goals: ratio ≤ 1.5, server peak RSS < 400 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._server import ADMIN_TOKEN, embedded_server, peak_rss_mb
+from pipeline.config import Settings
+from pipeline.uploads import profile_path, scan_for_pii
+
+TARGET = "churned"
+FEATURES = [
+    "tenure_months",
+    "monthly_charges",
+    "contract",
+    "payment_method",
+    "support_calls",
+    "has_fiber",
+]
+CHUNK_ROWS = 250_000
+SEND_CHUNK = 4 * 1024 * 1024
+
+
+def _chunk(rng: np.random.Generator, rows: int) -> pa.Table:
+    def choice(values: list[str]) -> pa.Array:
+        indices = pa.array(rng.integers(0, len(values), rows).astype(np.int32))
+        return pa.DictionaryArray.from_arrays(indices, pa.array(values)).cast(pa.string())
+
+    return pa.table(
+        {
+            "tenure_months": rng.integers(0, 121, rows),
+            "monthly_charges": np.round(rng.uniform(0, 500, rows), 2),
+            "contract": choice(["month-to-month", "one-year", "two-year"]),
+            "payment_method": choice(["card", "bank-transfer", "electronic-check", "mailed-check"]),
+            "support_calls": rng.integers(0, 51, rows),
+            "has_fiber": rng.integers(0, 2, rows).astype(bool),
+            TARGET: rng.integers(0, 2, rows),
+        }
+    )
+
+
+def generate_csv(path: Path, size_bytes: int, seed: int = 11) -> int:
+    """Write a CSV of about `size_bytes` (never more); returns its row count."""
+    rng = np.random.default_rng(seed)
+    chunks = [_chunk(rng, CHUNK_ROWS) for _ in range(4)]
+    rows = 0
+    with path.open("wb") as out:
+        pacsv.write_csv(chunks[0].slice(0, 0), out)  # the header line
+        index = 0
+        while True:
+            chunk = chunks[index % len(chunks)]
+            sink = pa.BufferOutputStream()
+            pacsv.write_csv(chunk, sink, pacsv.WriteOptions(include_header=False))
+            data = sink.getvalue()
+            room = size_bytes - out.tell()
+            if data.size > room:
+                # Fill the rest with whole lines of this chunk.
+                cut = bytes(data[:room])
+                cut = cut[: cut.rfind(b"\n") + 1]
+                out.write(cut)
+                rows += cut.count(b"\n")
+                break
+            out.write(data)
+            rows += chunk.num_rows
+            index += 1
+    return rows
+
+
+def baseline_seconds(path: Path, columns: list[str]) -> tuple[float, float]:
+    started = time.perf_counter()
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(8 * 1024 * 1024):
+            digest.update(block)
+    hashed = time.perf_counter()
+    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(include_columns=columns))
+    assert table.num_rows > 0
+    return hashed - started, time.perf_counter() - hashed
+
+
+def multipart(path: Path, fields: dict[str, str]) -> tuple[str, int, Iterator[bytes]]:
+    """(content type, content length, body chunks) of a form with the file streamed last."""
+    boundary = uuid.uuid4().hex
+    head = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    )
+    head += (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
+        "Content-Type: text/csv\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+
+    def body() -> Iterator[bytes]:
+        yield head
+        with path.open("rb") as fh:
+            while block := fh.read(SEND_CHUNK):
+                yield block
+        yield tail
+
+    length = len(head) + path.stat().st_size + len(tail)
+    return f"multipart/form-data; boundary={boundary}", length, body()
+
+
+def upload(client: httpx.Client, url: str, key: str, path: Path) -> tuple[float, dict]:
+    fields = {
+        "target_column": TARGET,
+        "input_columns": ",".join(FEATURES),
+        "metric_name": "accuracy",
+        "metric_direction": "higher_is_better",
+        "eval_split": "test",
+        "allow_pii": "false",
+    }
+    content_type, length, body = multipart(path, fields)
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Content-Type": content_type,
+        "Content-Length": str(length),
+    }
+    started = time.perf_counter()
+    response = client.post(url, content=body, headers=headers)
+    seconds = time.perf_counter() - started
+    if response.status_code != 201:
+        sys.exit(f"upload failed: {response.status_code} {response.text}")
+    return seconds, response.json()
+
+
+def create_key(base_url: str) -> str:
+    response = httpx.post(
+        f"{base_url}/api/v1/keys",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        json={
+            "name": "bench upload",
+            "service_id": "platform",
+            "scopes": ["benchmarks:write"],
+            "rate_limit_per_hour": 100000,
+        },
+        timeout=30,
+    )
+    response.raise_for_status()
+    return str(response.json()["api_key"])
+
+
+def run(base_url: str, key: str, pid: int | None, args: argparse.Namespace, tmp: Path) -> None:
+    path = tmp / "benchmark.csv"
+    started = time.perf_counter()
+    rows = generate_csv(path, int(args.size_mb * 1024 * 1024))
+    print(f"generate_seconds: {time.perf_counter() - started:.2f}")
+    size = path.stat().st_size
+    print(f"file_mb: {size / 1024 / 1024:.1f}")
+    print(f"rows: {rows}")
+
+    warm = tmp / "warmup.csv"
+    generate_csv(warm, 64 * 1024)
+    url = f"{base_url}/api/v1/benchmarks/upload/{args.model_id}"
+    with httpx.Client(timeout=httpx.Timeout(600, connect=10)) as client:
+        upload(client, url, key, warm)
+        hash_s, read_s = baseline_seconds(path, [TARGET, *FEATURES])
+        upload_s, result = upload(client, url, key, path)
+    with path.open("rb") as fh:
+        expected = hashlib.file_digest(fh, "sha256").hexdigest()
+    if result["sha256_hash"] != expected or result["file_size_bytes"] != size:
+        sys.exit(f"server stored something else: {result}")
+
+    settings = Settings()
+    profile = profile_path(path, settings.max_sample_size)
+    report = scan_for_pii(profile, settings)  # the analyzer loads on this first call ...
+    report = scan_for_pii(profile, settings)  # ... so time the second, as the server's
+
+    baseline = hash_s + read_s
+    rss = peak_rss_mb(pid) if pid else None
+    print(f"stored_uri: {result['s3_uri']}")
+    print(f"baseline_sha256_seconds: {hash_s:.2f}")
+    print(f"baseline_read_seconds: {read_s:.2f}")
+    print(f"baseline_seconds: {baseline:.2f}")
+    print(f"upload_seconds: {upload_s:.2f}")
+    print(f"upload_mb_per_second: {size / 1024 / 1024 / upload_s:.0f}")
+    print(f"server_peak_rss_mb: {rss:.0f}" if rss is not None else "server_peak_rss_mb: n/a")
+    print(f"pii_sample_values: {report.scanned_values}")
+    print(f"pii_scan_seconds: {report.seconds:.3f}")
+    print(f"ratio: {upload_s / baseline:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running server (default: start one)")
+    parser.add_argument("--api-key", help="platform key for --url (scope benchmarks:write)")
+    parser.add_argument("--server-pid", type=int, help="the --url server's pid, for peak RSS")
+    parser.add_argument("--model-id", type=int, default=1)
+    parser.add_argument("--size-mb", type=float, default=480.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mk-bench-upload-") as tmp:
+        if args.url:
+            if not args.api_key:
+                parser.error("--url needs --api-key")
+            run(args.url.rstrip("/"), args.api_key, args.server_pid, args, Path(tmp))
+            return
+        with embedded_server() as server:
+            run(server.url, create_key(server.url), server.pid, args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
