@@ -475,3 +475,28 @@ def test_read_rows_reports_ragged_csv_lines(tmp_path: Path) -> None:
         (1, "has 1 cells, the header names 2 columns"),
         (2, "has 3 cells, the header names 2 columns"),
     ]
+
+
+def test_upload_reports_progress_while_the_body_streams(tmp_path: Path) -> None:
+    path = tmp_path / "bench.csv"
+    path.write_bytes(b"a,b\n" + b"1,2\n" * 60_000)  # 240 kB: several 64 kB chunks
+    size = path.stat().st_size
+    seen: list[int] = []
+    lengths: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        lengths.append(request.headers.get("Content-Length"))
+        request.read()
+        return httpx.Response(201, json={"filename": "bench.csv", "file_size_bytes": size})
+
+    client = MarketplaceClient(
+        url="http://marketplace.test", transport=httpx.MockTransport(handler)
+    )
+    client.credentials.api_key = "k"
+    result = client.upload_benchmark(1, path, {"target_column": "b"}, on_progress=seen.append)
+    assert result["file_size_bytes"] == size
+    assert lengths[0] is not None and int(lengths[0]) > size  # sized, not chunked
+    middle = [done for done in seen if 0 < done < size]
+    assert len(middle) >= 3, seen
+    assert middle == sorted(middle)
+    assert seen[-1] == size
