@@ -27,9 +27,13 @@ ASSET_CHECKS: list[Any] = [dataset_version_readable, quality_thresholds, no_pii]
 # One run per dataset-version partition: the five assets and their checks. The partitions are
 # the assets' own (`dataset_versions`; dagster 1.13 infers them and deprecates passing them).
 # The concurrency tag is what dagster.yaml limits to SCHEDULER_MAX_CONCURRENT runs at once.
+# Steps run in the run's one process: each step would otherwise start a process that imports
+# pandas, Great Expectations, Presidio and scikit-learn again (seconds each) for work that
+# takes milliseconds on a typical contribution; runs of different models still run in parallel.
 evaluation_job = dg.define_asset_job(
     EVALUATION_JOB,
     selection=dg.AssetSelection.assets(*ASSETS),
+    executor_def=dg.in_process_executor,
     tags={TAG_CONCURRENCY: "true"},
     description="Checks, evaluates and rewards the pending dataset versions of one model.",
 )
