@@ -393,6 +393,29 @@ def _next_month_start(moment: datetime) -> datetime:
     return datetime(year, month, 1, tzinfo=UTC)
 
 
+_COUNT_STATEMENTS: dict[str, Any] = {}
+
+
+def _count_prediction_statement(db: Database) -> Any:
+    """The upsert of `consume_prediction`, built once per dialect (building costs more)."""
+    name = db.engine.dialect.name
+    statement = _COUNT_STATEMENTS.get(name)
+    if statement is None:
+        dialect = postgresql if name == "postgresql" else sqlite
+        statement = (
+            dialect.insert(KeyUsage)
+            .values(key_id=bindparam("key_id"), month=bindparam("month"), count=1)
+            .on_conflict_do_update(
+                index_elements=[KeyUsage.key_id, KeyUsage.month],
+                set_={"count": KeyUsage.count + 1},
+                where=KeyUsage.count < bindparam("limit"),
+            )
+            .returning(KeyUsage.count)
+        )
+        _COUNT_STATEMENTS[name] = statement
+    return statement
+
+
 def consume_prediction(
     db: Database, key_id: str, limit: int, *, now: datetime | None = None
 ) -> int:
@@ -404,15 +427,9 @@ def consume_prediction(
     """
     now = now or utcnow()
     if limit > 0:
-        dialect = postgresql if db.engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(KeyUsage).values(key_id=key_id, month=billing_month(now), count=1)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[KeyUsage.key_id, KeyUsage.month],
-            set_={"count": KeyUsage.count + 1},
-            where=KeyUsage.count < limit,
-        ).returning(KeyUsage.count)
+        params = {"key_id": key_id, "month": billing_month(now), "limit": limit}
         with db.engine.begin() as conn:
-            count = conn.execute(stmt).scalar()
+            count = conn.execute(_count_prediction_statement(db), params).scalar()
         if count is not None:
             return int(count)
     retry_after = max(1, math.ceil((_next_month_start(now) - now).total_seconds()))
