@@ -315,12 +315,14 @@ class DrainReport:
     deferred: int = 0
     malformed: int = 0
     empty: int = 0  # test events and messages without object-created records
+    failed: int = 0  # raised while handling (store or database trouble): left on the queue
 
     def summary(self) -> str:
         return (
             f"received={self.received} recorded={len(self.recorded)} "
             f"duplicates={self.duplicates} ignored={self.ignored} dropped={self.dropped} "
-            f"deferred={self.deferred} malformed={self.malformed} empty={self.empty}"
+            f"deferred={self.deferred} malformed={self.malformed} empty={self.empty} "
+            f"failed={self.failed}"
         )
 
 
@@ -414,16 +416,22 @@ def drain_queue(
         for message in batch:
             seen.add(message.handle)
             report.received += 1
-            handle_message(
-                queue,
-                message,
-                db,
-                store,
-                report,
-                now=now,
-                expected_bucket=expected_bucket,
-                grace_seconds=grace_seconds,
-            )
+            try:
+                handle_message(
+                    queue,
+                    message,
+                    db,
+                    store,
+                    report,
+                    now=now,
+                    expected_bucket=expected_bucket,
+                    grace_seconds=grace_seconds,
+                )
+            except Exception:
+                # One bad object or a passing outage must not stop the others; the message
+                # stays on the queue and is tried again.
+                log.exception("arrival message failed; leaving it on the queue")
+                report.failed += 1
     return report
 
 

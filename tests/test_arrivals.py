@@ -15,6 +15,7 @@ from pipeline.arrivals import (
     DebounceCursor,
     Outcome,
     batch_run_key,
+    drain_queue,
     list_arrivals,
     mark_run_key,
     parse_dataset_key,
@@ -23,8 +24,8 @@ from pipeline.arrivals import (
 )
 from pipeline.config import Settings
 from pipeline.db import Database
-from pipeline.objectstore import LocalObjectStore, dataset_key
-from pipeline.queue import ObjectArrival
+from pipeline.objectstore import LocalObjectStore, StoredObject, dataset_key
+from pipeline.queue import LocalArrivalQueue, ObjectArrival, enqueue_local_arrival
 from pipeline.registry import allocate_version
 from pipeline.tables import DatasetArrival, DatasetVersion
 from tests.scheduling_support import T0, add_version, demo_model_id
@@ -189,6 +190,26 @@ def test_keys_that_cannot_be_recorded(db: Database, store: LocalObjectStore) -> 
     )  # fmt: skip
     assert foreign.outcome is Outcome.DROPPED
     assert _arrivals(db) == []
+
+
+def test_a_failing_message_is_left_on_the_queue_and_the_others_proceed(
+    db: Database, settings: Settings
+) -> None:
+    class FlakyStore(LocalObjectStore):
+        def local_path(self, key: str) -> Any:
+            raise RuntimeError("store unavailable")
+
+    store = FlakyStore(settings.objects_dir)
+    model = demo_model_id(db)
+    version = add_version(db, model)
+    with db.session() as session:
+        for key in (dataset_key(model, "v9", "data.csv"), dataset_key(model, version, "data.csv")):
+            enqueue_local_arrival(session, StoredObject(key, "", 1, ""))
+    queue = LocalArrivalQueue(db)
+    report = drain_queue(queue, db, store, now=T0, max_messages=10, time_budget_seconds=10)
+    assert (report.received, report.failed, len(report.recorded)) == (2, 1, 1)
+    [left] = queue.receive(10)
+    assert "v9" in left.body
 
 
 def test_pending_marking_and_listing(db: Database, store: LocalObjectStore) -> None:

@@ -290,9 +290,9 @@ def test_ticks_are_bounded_and_a_lost_cursor_is_rebuilt(
         cursor = result.cursor
     assert counts == [5, 5, 2]
 
-    # The cursor is lost (a tick failed after committing): the database still knows.
+    # The cursor is lost or unreadable (a tick failed after committing): the database knows.
     clock.advance(60)
-    rebuilt = tick(sensor, sensor_store, instance, cursor=None)
+    rebuilt = tick(sensor, sensor_store, instance, cursor="{not a cursor")
     [request] = rebuilt.run_requests
     assert request.run_key == batch_run_key(model, versions)
     assert json.loads(rebuilt.cursor or "") == {"pending": {}}
