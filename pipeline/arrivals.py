@@ -262,7 +262,7 @@ def record_arrival(
             if version is None:
                 # Claiming the number (raising last_version to it) succeeds only when the API
                 # has not allocated it: then the object cannot be an in-flight upload.
-                claimed = session.execute(
+                claimed = session.execute(  # type: ignore[attr-defined]
                     update(Model)
                     .where(Model.id == parsed.model_id, Model.last_version < parsed.version_number)
                     .values(last_version=parsed.version_number)
@@ -464,7 +464,7 @@ def mark_run_key(session: Session, model_id: int, versions: list[str], run_key: 
         )
         .values(run_key=run_key)
     )
-    return int(result.rowcount or 0)
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def list_arrivals(session: Session, model_id: int | None, limit: int) -> list[DatasetArrival]:

@@ -6,7 +6,7 @@ DELETE removes (204). Bodies are the spec §2.7 resource.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
@@ -26,7 +26,7 @@ from pipeline.schedules import (
 router = APIRouter(prefix="/api/v1/models", tags=["evaluation schedules"])
 
 ModelId = Annotated[int, Path(description="model id", ge=1, le=2**31 - 1)]
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed body or parameters"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model, or no schedule"},
