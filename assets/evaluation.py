@@ -5,6 +5,7 @@ per contribution (a job is evaluated once, an evaluation is paid once).
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -70,7 +71,7 @@ def evaluation(
     )
     # The headline figures: this partition's own version, else the last evaluation of the run.
     main = by_version.get(batch.version) or (outcomes[-1] if outcomes else None)
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "evaluations": len([o for o in outcomes if o.evaluation_id]),
         "results": _evaluation_table(outcomes),
     }

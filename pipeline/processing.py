@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, exists, or_, select, update
@@ -176,6 +177,7 @@ def claim_batch(
         if session.get(Model, model_id) is None:
             raise InvalidInput(f"model {model_id} not found")
     target = _find_version(svc, model_id, version)
+    up_to: int | None
     with svc.db.session() as session:
         if target is not None:
             up_to = target.version_number
@@ -728,7 +730,7 @@ def evaluate_batch(svc: Services, batch: Batch) -> list[EvaluationOutcome]:
     for item in batch.items:
         if item.benchmark_spec_id is not None:
             outcomes.append(
-                _guarded_rescore(item.version, lambda i=item: _rescore_on(svc, frames, batch, i))
+                _guarded_rescore(item.version, partial(_rescore_on, svc, frames, batch, item))
             )
         elif item.is_contribution and job_status(svc.db, item.contribution_id or "") == VALIDATING:
             outcomes.append(_evaluate_contribution(svc, frames, batch, item))
