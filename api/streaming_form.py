@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from pipeline.errors import InvalidInput, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 FLUSH_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64 * 1024
@@ -57,7 +61,7 @@ class _FormCollector:
         self._part: str | None = None  # the current text field's name; None for the file
         self._value = bytearray()
 
-    def callbacks(self) -> dict[str, Callable[..., None]]:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.on_part_begin,
             "on_part_data": self.on_part_data,

@@ -173,7 +173,22 @@ def create_key(base_url: str) -> str:
     return str(response.json()["api_key"])
 
 
-def run(base_url: str, key: str, pid: int | None, args: argparse.Namespace, tmp: Path) -> None:
+def server_breakdown(log: Path | None) -> str | None:
+    """The server's own timing line for the last upload (own server only)."""
+    if log is None or not log.exists():
+        return None
+    lines = [line for line in log.read_text().splitlines() if "seconds after the" in line]
+    return lines[-1].split("; ", 1)[-1] if lines else None
+
+
+def run(
+    base_url: str,
+    key: str,
+    pid: int | None,
+    args: argparse.Namespace,
+    tmp: Path,
+    server_log: Path | None = None,
+) -> None:
     path = tmp / "benchmark.csv"
     started = time.perf_counter()
     rows = generate_csv(path, int(args.size_mb * 1024 * 1024))
@@ -208,6 +223,9 @@ def run(base_url: str, key: str, pid: int | None, args: argparse.Namespace, tmp:
     print(f"upload_seconds: {upload_s:.2f}")
     print(f"upload_mb_per_second: {size / 1024 / 1024 / upload_s:.0f}")
     print(f"server_peak_rss_mb: {rss:.0f}" if rss is not None else "server_peak_rss_mb: n/a")
+    breakdown = server_breakdown(server_log)
+    if breakdown:
+        print(f"server_after_last_byte: {breakdown.split(': ', 1)[-1]}")
     print(f"pii_sample_values: {report.scanned_values}")
     print(f"pii_scan_seconds: {report.seconds:.3f}")
     print(f"ratio: {upload_s / baseline:.2f}")
@@ -228,7 +246,8 @@ def main() -> None:
             run(args.url.rstrip("/"), args.api_key, args.server_pid, args, Path(tmp))
             return
         with embedded_server() as server:
-            run(server.url, create_key(server.url), server.pid, args, Path(tmp))
+            log = server.data_dir / "server.log" if server.data_dir else None
+            run(server.url, create_key(server.url), server.pid, args, Path(tmp), log)
 
 
 if __name__ == "__main__":
