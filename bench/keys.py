@@ -10,7 +10,9 @@ per endpoint (default 20), the two endpoints alternating in slices so drift hits
                                                    scopes, rate limit, last_used_at throttle)
 Each client slot has its own key (rate_limit_per_hour 100000), so the run never reaches a limit.
 Verify: sequential POST /api/v1/keys/verify calls with a `prediction` key that has a monthly
-prediction limit (so each call also does the atomic quota upsert), p50 and p99 client-side.
+prediction limit (so each call also does the atomic quota upsert), p50 and p99 client-side, taken
+with a minimal keep-alive HTTP/1.1 client on a raw socket (so the figure is the server plus
+loopback, not Python HTTP-client overhead), and again with httpx for comparison.
 
 Prints `figure: value` lines, the last one `ratio: X` (authenticated req/s over public req/s).
 Goals: ratio >= 0.8, verify p99 < 5 ms.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -32,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -202,17 +206,78 @@ def run_load(
     return public, auth
 
 
-def verify_latencies(server: Server, key: str, samples: int) -> list[float]:
+class RawHttp:
+    """A minimal keep-alive HTTP/1.1 client on one socket: it adds next to no client-side time,
+    so its latencies are the server's plus loopback. Handles Content-Length responses only."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError("only http:// URLs")
+        self.host = parts.netloc
+        self.sock = socket.create_connection((parts.hostname, parts.port or 80), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def post_json(self, path: str, body: object) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + data)
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self._recv()
+        header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        lines = header.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in lines
+            if line.lower().startswith(b"content-length")
+        )
+        while len(self.buffer) < length:
+            self.buffer += self._recv()
+        payload, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, payload
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        return chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def verify_latencies(server: Server, key: str, samples: int, *, raw: bool) -> list[float]:
+    """Sequential verify calls (after 100 warm-up calls), in milliseconds."""
     times: list[float] = []
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    body = {"api_key": key}
+    if raw:
+        client = RawHttp(server.url)
+        call = lambda: client.post_json("/api/v1/keys/verify", body)  # noqa: E731
+        close = client.close
+    else:
+        http = httpx.Client(base_url=server.url, timeout=10)
+
+        def call() -> tuple[int, bytes]:
+            response = http.post("/api/v1/keys/verify", json=body)
+            return response.status_code, response.content
+
+        close = http.close
+    try:
         for i in range(samples + 100):
             started = time.perf_counter()
-            response = http.post("/api/v1/keys/verify", json={"api_key": key})
+            status, payload = call()
             elapsed = time.perf_counter() - started
-            if response.status_code != 200 or not response.json().get("valid"):
-                sys.exit(f"verify failed: {response.status_code} {response.text}")
-            if i >= 100:  # the first calls warm the connection
+            if status != 200 or not json.loads(payload).get("valid"):
+                sys.exit(f"verify failed: {status} {payload[:200]!r}")
+            if i >= 100:
                 times.append(elapsed * 1000)
+    finally:
+        close()
     return times
 
 
@@ -252,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         public_url = f"{server.url}/api/models/{args.model_id}/data-spec"
         auth_url = f"{server.url}/api/v1/whoami"
         public, auth = run_load(server, public_url, auth_url, keys, args.duration, args.slices)
-        latencies = verify_latencies(server, prediction, args.verify_samples)
+        raw_ok = server.url.startswith("http://")
+        latencies = verify_latencies(server, prediction, args.verify_samples, raw=raw_ok)
+        via_httpx = verify_latencies(server, prediction, args.verify_samples, raw=False)
 
         print(
             f"server: {'own (uvicorn, SQLite, memory rate limiter)' if server.pid else server.url}"
@@ -268,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
                 cost = (tally.cpu_seconds or 0.0) / max(tally.ok, 1) * 1e6
                 print(f"{label} GET server CPU per request (us): {cost:.0f}")
         print(f"verify samples: {len(latencies)}")
+        print(f"verify client: {'raw keep-alive socket' if raw_ok else 'httpx'}")
         print(f"verify p50 (ms): {statistics.median(latencies):.2f}")
         print(f"verify p99 (ms): {percentile(latencies, 0.99):.2f}")
         print(f"verify max (ms): {max(latencies):.2f}")
+        print(f"verify p50 via httpx (ms): {statistics.median(via_httpx):.2f}")
+        print(f"verify p99 via httpx (ms): {percentile(via_httpx, 0.99):.2f}")
         print(f"ratio: {auth.rate / public.rate:.3f}")
 
     if args.url:
