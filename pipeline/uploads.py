@@ -18,6 +18,8 @@ after the write deletes the object again.
 from __future__ import annotations
 
 import codecs
+import errno
+import hashlib
 import io
 import logging
 import math
@@ -40,7 +42,7 @@ import pyarrow.csv as pacsv
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge, Unprocessable
-from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
+from pipeline.objectstore import LocalObjectStore, ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import BenchmarkSpec, DatasetVersion
@@ -541,6 +543,7 @@ class ReceivedDataset:
     path: Path
     size_bytes: int
     file_format: FileFormat
+    sha256: str
     profile: DatasetProfile
 
 
@@ -564,6 +567,7 @@ class DatasetIntake:
         self._profile: DatasetProfile | None = None
         self._thread: threading.Thread | None = None
         self._progress = _Progress()
+        self._hash = hashlib.sha256()
         tmp_root.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="upload-", dir=tmp_root))
         self.path = self.dir / "upload.part"
@@ -610,7 +614,9 @@ class DatasetIntake:
         if self.file_format == PARQUET:
             self._profile = profile_parquet(self.path, self.sample_size)
         assert self._profile is not None
-        return ReceivedDataset(self.path, self.size_bytes, self.file_format, self._profile)
+        return ReceivedDataset(
+            self.path, self.size_bytes, self.file_format, self._hash.hexdigest(), self._profile
+        )
 
     def close(self) -> None:
         """Stop the checking thread and remove the temp folder; safe to call twice."""
@@ -654,6 +660,7 @@ class DatasetIntake:
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None
+        self._hash.update(data)
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
@@ -813,6 +820,33 @@ def record_benchmark(
     return spec
 
 
+def store_received(store: ObjectStore, key: str, received: ReceivedDataset) -> StoredObject:
+    """Write the received file under `key`, complete before it becomes visible.
+
+    The local store gets it by an atomic rename (its temp folder is in the same data dir), with
+    the SHA-256 computed while the bytes arrived: copying and re-hashing 500 MB would cost more
+    than all the checks. Elsewhere (S3, another filesystem) the store's own `put_file`.
+    """
+    if isinstance(store, LocalObjectStore):
+        final = (store.root / key).resolve()
+        if store.root not in final.parents:
+            raise ValueError(f"object key escapes the store: {key!r}")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(received.path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        try:
+            os.replace(received.path, final)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        else:
+            return StoredObject(key, final.as_uri(), received.size_bytes, received.sha256)
+    return store.put_file(key, received.path)
+
+
 def accept_benchmark_upload(
     db: Database,
     store: ObjectStore,
@@ -842,7 +876,7 @@ def accept_benchmark_upload(
     number, version = allocate_version(db, target.model_id)
     key = dataset_key(target.model_id, version, name)
     try:
-        stored = store.put_file(key, received.path)
+        stored = store_received(store, key, received)
         written = time.perf_counter()
         with db.session() as session:
             spec = record_benchmark(
