@@ -59,7 +59,7 @@ class Membership:
         if not allowed(self.role, action):
             raise Forbidden(f"role {self.role.value} may not {action.value} keys")
 
-    def may_revoke_some(self) -> None:
+    def require_revoke_right(self) -> None:
         """Before looking the key up: a role that may revoke no key at all is refused at once."""
         if not {KeyAction.REVOKE_ANY, KeyAction.REVOKE_OWN} & PERMISSIONS[self.role]:
             raise Forbidden(f"role {self.role.value} may not revoke keys")

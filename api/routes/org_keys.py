@@ -83,7 +83,7 @@ def revoke(
 ) -> dict[str, str]:
     with db.session() as session:
         member = membership(session, org_id, caller.user_id)
-        member.may_revoke_some()
+        member.require_revoke_right()
         key = get_org_key(session, key_id, member.org_id)
         member.require_revoke(key)
         revoke_key(session, key)
