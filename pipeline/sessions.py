@@ -9,10 +9,11 @@ from datetime import timedelta
 import jwt
 
 from pipeline.config import Settings
-from pipeline.errors import Unauthenticated
+from pipeline.errors import InvalidInput, Unauthenticated
 from pipeline.tables import utcnow
 
 ALGORITHM = "HS256"
+MAX_USER_ID = 200
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Identity:
 def issue_token(
     settings: Settings, user_id: str, *, admin: bool = False, ttl_seconds: int | None = None
 ) -> str:
+    if not user_id or len(user_id) > MAX_USER_ID:
+        raise InvalidInput(f"user id must be 1 to {MAX_USER_ID} characters")
     now = utcnow()
     ttl = ttl_seconds if ttl_seconds is not None else settings.jwt_ttl_seconds
     claims = {
@@ -50,7 +53,8 @@ def decode_token(settings: Settings, token: str) -> Identity:
     except jwt.PyJWTError:
         raise Unauthenticated("invalid token") from None
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject:
+    # User ids are stored in 200-character columns; a longer subject cannot be a real user.
+    if not isinstance(subject, str) or not subject or len(subject) > MAX_USER_ID:
         raise Unauthenticated("invalid token")
     return Identity(user_id=subject, admin=bool(claims.get("adm", False)))
 

@@ -274,3 +274,20 @@ def test_contribution_on_s3_announces_itself_through_sqs(s3_settings, auth_heade
         if keys:
             break
     assert any("rows.parquet" in key for key in keys)
+
+
+def test_token_for_an_overlong_user_id_is_refused(client, settings) -> None:
+    from pipeline.sessions import ALGORITHM
+
+    now = utcnow()
+    token = jwt.encode(
+        {"sub": "u" * 201, "iat": now, "exp": now + timedelta(hours=1),
+         "iss": settings.service_name, "adm": True},
+        settings.jwt_key(), algorithm=ALGORITHM,
+    )  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.post(URL, json=body(1), headers=headers).status_code == 401
+    create = client.post(
+        "/api/v1/keys", json={"name": "k", "service_id": "platform"}, headers=headers
+    )
+    assert create.status_code == 401
