@@ -393,7 +393,8 @@ def test_dev_writes_the_concurrency_limit_into_dagster_home(
     assert env["DAGSTER_HOME"] == str(home.resolve())
     with dg.DagsterInstance.from_config(str(home)) as loaded:
         limits = loaded.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limits == [{"key": TAG_CONCURRENCY, "limit": 2}]
+        assert {"key": TAG_CONCURRENCY, "limit": 2} in limits
+        assert {"key": TAG_MODEL, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
 
 
 @pytest.fixture
@@ -440,4 +441,4 @@ def test_postgres_instance_stores_runs_and_events(
         events = reopened.all_logs(run_id)
         assert any(e.dagster_event and e.dagster_event.is_step_success for e in events)
         limits = reopened.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limits == [{"key": TAG_CONCURRENCY, "limit": settings.scheduler_max_concurrent}]
+        assert {"key": TAG_CONCURRENCY, "limit": settings.scheduler_max_concurrent} in limits
