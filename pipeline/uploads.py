@@ -18,7 +18,6 @@ after the write deletes the object again.
 from __future__ import annotations
 
 import codecs
-import errno
 import hashlib
 import io
 import logging
@@ -42,7 +41,7 @@ import pyarrow.csv as pacsv
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge, Unprocessable
-from pipeline.objectstore import LocalObjectStore, ObjectStore, StoredObject, dataset_key
+from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import BenchmarkSpec, DatasetVersion
@@ -823,28 +822,10 @@ def record_benchmark(
 def store_received(store: ObjectStore, key: str, received: ReceivedDataset) -> StoredObject:
     """Write the received file under `key`, complete before it becomes visible.
 
-    The local store gets it by an atomic rename (its temp folder is in the same data dir), with
-    the SHA-256 computed while the bytes arrived: copying and re-hashing 500 MB would cost more
-    than all the checks. Elsewhere (S3, another filesystem) the store's own `put_file`.
+    The SHA-256 was computed while the bytes arrived, so the store need not hash 500 MB again;
+    the local store takes the temp file by an atomic rename (same data dir) instead of a copy.
     """
-    if isinstance(store, LocalObjectStore):
-        final = (store.root / key).resolve()
-        if store.root not in final.parents:
-            raise ValueError(f"object key escapes the store: {key!r}")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(received.path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        try:
-            os.replace(received.path, final)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-        else:
-            return StoredObject(key, final.as_uri(), received.size_bytes, received.sha256)
-    return store.put_file(key, received.path)
+    return store.put_file(key, received.path, sha256=received.sha256, move=True)
 
 
 def accept_benchmark_upload(

@@ -87,3 +87,17 @@ def test_s3_store_over_http(
     store.delete(small.key)
     assert not store.exists(small.key)
     assert store.size("datasets/9/v9/none") is None
+
+
+def test_local_store_moves_a_file_with_a_known_digest(tmp_path: Path) -> None:
+    import hashlib
+
+    store = LocalObjectStore(tmp_path / "objects")
+    source = tmp_path / "upload.part"
+    source.write_bytes(b"a,b\n1,2\n")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    stored = store.put_file("datasets/1/v1/data.csv", source, sha256=digest, move=True)
+    assert not source.exists()
+    assert stored.sha256 == digest and stored.size_bytes == 8
+    with store.open(stored.key) as fh:
+        assert fh.read() == b"a,b\n1,2\n"
