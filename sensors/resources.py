@@ -9,27 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-import dagster as dg
-
-from pipeline.config import Settings, load_settings
+from assets.settings_resource import SettingsResource
+from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.objectstore import ObjectStore, object_store_from_settings, s3_client
 from pipeline.queue import ArrivalQueue, LocalArrivalQueue, SqsArrivalQueue
 
 SENSOR_STORE = "sensor_store"
-
-_OVERRIDES = (
-    "database_url",
-    "marketplace_data_dir",
-    "service_dataset_bucket",
-    "s3_endpoint_url",
-    "aws_region",
-    "dataset_arrival_sqs_queue_url",
-    "evaluation_debounce_window_seconds",
-    "enable_evaluation_scheduler",
-)
 
 
 @dataclass
@@ -47,29 +34,10 @@ class TickStore:
         return self.settings.service_dataset_bucket if self.queue.source == "sqs" else None
 
 
-class SensorStore(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Settings overrides for the sensors (unset: from the environment)."""
+class SensorStore(SettingsResource):
+    """Settings, database, object store and arrival queue for sensor ticks."""
 
-    database_url: str | None = None
-    marketplace_data_dir: str | None = None
-    service_dataset_bucket: str | None = None
-    s3_endpoint_url: str | None = None
-    aws_region: str | None = None
-    dataset_arrival_sqs_queue_url: str | None = None
-    evaluation_debounce_window_seconds: int | None = None
-    enable_evaluation_scheduler: bool | None = None
     sqs_wait_seconds: int = 1
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **extra: Any) -> SensorStore:
-        values: dict[str, Any] = {name: getattr(settings, name) for name in _OVERRIDES}
-        values["marketplace_data_dir"] = str(settings.marketplace_data_dir)
-        values.update(extra)
-        return cls(**values)
-
-    def settings(self) -> Settings:
-        overrides = {name: getattr(self, name) for name in _OVERRIDES}
-        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
     @contextmanager
     def open(self) -> Iterator[TickStore]:
