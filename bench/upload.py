@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._server import ADMIN_TOKEN, embedded_server, peak_rss_mb
 from pipeline.config import Settings
-from pipeline.uploads import profile_path, scan_for_pii
+from pipeline.intake import profile_path
+from pipeline.uploads import scan_for_pii
 
 TARGET = "churned"
 FEATURES = [

@@ -20,19 +20,18 @@ from sqlalchemy import func, select
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import InvalidInput, Unprocessable
-from pipeline.queue import parse_arrival_message
-from pipeline.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion
-from pipeline.uploads import (
+from pipeline.intake import (
     CSV,
     PARQUET,
-    BenchmarkForm,
     csv_error_reason,
-    parse_form,
     profile_path,
     sniff_format,
     stored_filename,
     upload_tmp_root,
 )
+from pipeline.queue import parse_arrival_message
+from pipeline.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion
+from pipeline.uploads import BenchmarkForm, parse_form
 
 URL = "/api/v1/benchmarks/upload/1"
 TARGET = "churned"

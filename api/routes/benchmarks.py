@@ -14,15 +14,10 @@ from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import InvalidInput
 from pipeline.evaluation import DIRECTIONS, METRICS
+from pipeline.intake import DatasetIntake, upload_tmp_root
 from pipeline.keys import KeyPrincipal
 from pipeline.objectstore import ObjectStore
-from pipeline.uploads import (
-    FORM_FIELDS,
-    DatasetIntake,
-    accept_benchmark_upload,
-    load_upload_target,
-    upload_tmp_root,
-)
+from pipeline.uploads import FORM_FIELDS, accept_benchmark_upload, load_upload_target
 
 UPLOAD_SCOPE = "benchmarks:write"
 
