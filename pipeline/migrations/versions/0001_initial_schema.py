@@ -54,9 +54,7 @@ def upgrade() -> None:
         batch_op.create_index(
             batch_op.f("ix_dataset_arrivals_received_at"), ["received_at"], unique=False
         )
-        batch_op.create_index(
-            batch_op.f("ix_dataset_arrivals_run_key"), ["run_key"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_dataset_arrivals_run_key"), ["run_key"], unique=False)
 
     op.create_table(
         "models",
