@@ -1,7 +1,7 @@
 """Dataset-version assets and their blocking checks: the stored object, quality, PII.
 
 One partition per dataset version (`{model_id}__{version}`). A run for a partition claims every
-pending version of the model up to it (`pipeline.processing.claim_batch`), so the assets below
+pending version of the model up to it (`pipeline.batches.claim_batch`), so the assets below
 work on that batch and log materializations for the batch's other partitions too.
 
 The checks are blocking: when a version fails one, it is `rejected` at once, and when nothing is
@@ -18,13 +18,11 @@ import dagster as dg
 
 from assets.partitions import TAG_TRIGGER, dataset_versions, parse_partition_key
 from assets.resources import MarketplaceResource
-from pipeline.processing import (
-    Batch,
+from pipeline.batches import Batch, StepResult, claim_batch
+from pipeline.checks import (
     CheckOutcome,
     CheckVerdict,
-    StepResult,
     VersionSummary,
-    claim_batch,
     describe_batch,
     readability_outcomes,
     run_pii_scans,

@@ -12,13 +12,9 @@ import dagster as dg
 from assets.datasets import GROUP, log_other_partitions, markdown_table
 from assets.partitions import dataset_versions
 from assets.resources import MarketplaceResource
-from pipeline.processing import (
-    EvaluationOutcome,
-    RewardOutcome,
-    StepResult,
-    evaluate_batch,
-    pay_batch,
-)
+from pipeline.batches import StepResult
+from pipeline.payouts import RewardOutcome, pay_batch
+from pipeline.scoring import EvaluationOutcome, evaluate_batch
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:

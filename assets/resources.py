@@ -13,8 +13,8 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from assets.settings_resource import SettingsResource
+from pipeline.batches import Services
 from pipeline.config import Settings
-from pipeline.processing import Services
 
 MARKETPLACE = "marketplace"
 

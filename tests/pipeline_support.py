@@ -9,24 +9,16 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from pipeline.batches import Batch, Services, claim_batch
+from pipeline.checks import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.config import Settings
 from pipeline.contributions import ContributionRequest, submit_contribution
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.objectstore import ObjectStore, dataset_key
-from pipeline.processing import (
-    Batch,
-    EvaluationOutcome,
-    RewardOutcome,
-    Services,
-    claim_batch,
-    describe_batch,
-    evaluate_batch,
-    pay_batch,
-    run_pii_scans,
-    run_quality_checks,
-)
+from pipeline.payouts import RewardOutcome, pay_batch
 from pipeline.registry import ModelDefinition, allocate_version, register_model
+from pipeline.scoring import EvaluationOutcome, evaluate_batch
 from pipeline.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 
 DEMO_MODEL = 1

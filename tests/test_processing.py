@@ -14,28 +14,25 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.errors import DomainError
-from pipeline.objectstore import LocalObjectStore, dataset_key
-from pipeline.processing import (
+from pipeline.batches import (
     EVALUATING,
     QUEUED,
     REJECTED,
     REWARDED,
     VALIDATING,
     Services,
-    benchmark_eval_rows,
     claim_batch,
-    count_spec_violations,
-    pay_evaluation,
-    rescore_model,
-    run_quality_checks,
-    verdict,
 )
+from pipeline.checks import count_spec_violations, run_quality_checks, verdict
+from pipeline.config import Settings
+from pipeline.db import Database
+from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
+from pipeline.errors import DomainError
+from pipeline.objectstore import LocalObjectStore, dataset_key
+from pipeline.payouts import pay_evaluation
 from pipeline.registry import demo_definition
 from pipeline.rewards import to_checksum_address
+from pipeline.scoring import benchmark_eval_rows, rescore_model
 from pipeline.tables import Contribution, Evaluation, RewardEntry
 from tests.pipeline_support import (
     WALLET_A,
@@ -456,13 +453,9 @@ def test_paying_an_evaluation_twice_writes_the_ledger_once(
 def test_a_run_stopped_before_rewards_is_paid_by_the_next_run(
     svc: Services, db: Database, store: LocalObjectStore
 ) -> None:
-    from pipeline.processing import (
-        claim_batch,
-        describe_batch,
-        evaluate_batch,
-        run_pii_scans,
-        run_quality_checks,
-    )
+    from pipeline.batches import claim_batch
+    from pipeline.checks import describe_batch, run_pii_scans, run_quality_checks
+    from pipeline.scoring import evaluate_batch
 
     add_benchmark(db, store)
     job_id, version = contribute(db, store, with_manifest=manifest())

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from pipeline.batches import Services
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.objectstore import LocalObjectStore, dataset_key
-from pipeline.processing import Services
 from pipeline.rewards import to_checksum_address
 from pipeline.tables import DatasetVersion, Evaluation, RewardEntry
 from tests.pipeline_support import (
