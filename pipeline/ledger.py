@@ -1,7 +1,7 @@
 """Reads of the reward ledger and the evaluation history, and contributors' stored manifests.
 
 The ledger stores wallets in their EIP-55 spelling, so a wallet asked for in any case finds
-its entries. Writes of the ledger happen in `pipeline.processing.pay_evaluation` only.
+its entries. Writes of the ledger happen in `pipeline.payouts.pay_evaluation` only.
 """
 
 from __future__ import annotations
