@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
 from pipeline.db import Database
-from pipeline.errors import InvalidInput, NotFound, Unprocessable
+from pipeline.errors import InvalidInput, Unprocessable
 from pipeline.intake import DatasetIntake, DatasetProfile, ReceivedDataset, stored_filename
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 MIN_ROWS = 50
 
-INT32_MAX = 2**31 - 1
 FORM_FIELDS = (
     "eval_split",
     "metric_name",
@@ -186,8 +185,7 @@ class BenchmarkUpload:
 
 
 def load_upload_target(db: Database, model_id: int) -> UploadTarget:
-    if not 0 < model_id <= INT32_MAX:
-        raise NotFound(f"model {model_id} not found")
+    # get_model answers NotFound for ids outside the id column's range, too.
     with db.session() as session:
         model = get_model(session, model_id)
         return UploadTarget(model.id, model.task_type)
