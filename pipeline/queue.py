@@ -170,9 +170,16 @@ class SqsArrivalQueue:
         )
 
 
-def arrival_queue_from_settings(settings: Settings, db: Database) -> ArrivalQueue:
+def arrival_queue_from_settings(
+    settings: Settings, db: Database, *, sqs_wait_seconds: int = 1
+) -> ArrivalQueue:
+    """SQS when DATASET_ARRIVAL_SQS_QUEUE_URL is set, else the embedded queue table."""
     if settings.dataset_arrival_sqs_queue_url:
         from pipeline.objectstore import s3_client
 
-        return SqsArrivalQueue(settings.dataset_arrival_sqs_queue_url, s3_client(settings, "sqs"))
+        return SqsArrivalQueue(
+            settings.dataset_arrival_sqs_queue_url,
+            s3_client(settings, "sqs"),
+            wait_seconds=sqs_wait_seconds,
+        )
     return LocalArrivalQueue(db)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from assets.settings_resource import SettingsResource
 from pipeline.config import Settings
 from pipeline.db import Database
-from pipeline.objectstore import ObjectStore, object_store_from_settings, s3_client
-from pipeline.queue import ArrivalQueue, LocalArrivalQueue, SqsArrivalQueue
+from pipeline.objectstore import ObjectStore, object_store_from_settings
+from pipeline.queue import ArrivalQueue, arrival_queue_from_settings
 
 SENSOR_STORE = "sensor_store"
 
@@ -44,15 +44,9 @@ class SensorStore(SettingsResource):
         settings = self.settings()
         db = Database.from_settings(settings)
         try:
-            queue: ArrivalQueue
-            if settings.dataset_arrival_sqs_queue_url:
-                queue = SqsArrivalQueue(
-                    settings.dataset_arrival_sqs_queue_url,
-                    s3_client(settings, "sqs"),
-                    wait_seconds=self.sqs_wait_seconds,
-                )
-            else:
-                queue = LocalArrivalQueue(db)
+            queue = arrival_queue_from_settings(
+                settings, db, sqs_wait_seconds=self.sqs_wait_seconds
+            )
             yield TickStore(settings, db, object_store_from_settings(settings), queue)
         finally:
             db.dispose()

@@ -27,7 +27,12 @@ from pipeline.config import Settings
 from pipeline.contributions import ContributionRequest, submit_contribution
 from pipeline.db import Database
 from pipeline.objectstore import LocalObjectStore, StoredObject, dataset_key
-from pipeline.queue import enqueue_local_arrival, s3_event_body
+from pipeline.queue import (
+    LocalArrivalQueue,
+    SqsArrivalQueue,
+    enqueue_local_arrival,
+    s3_event_body,
+)
 from pipeline.registry import allocate_version
 from pipeline.schedules import create_schedule, get_schedule
 from pipeline.tables import ArrivalEvent, DatasetArrival, DatasetVersion, Model
@@ -109,6 +114,16 @@ def queue_depth(sqs: Any, queue_url: str) -> int:
 @pytest.fixture
 def s3_store(s3_settings: Settings) -> SensorStore:
     return SensorStore.from_settings(s3_settings, sqs_wait_seconds=0)
+
+
+def test_tick_queue_follows_the_settings(s3_store: SensorStore, settings: Settings) -> None:
+    with s3_store.open() as tick:
+        assert isinstance(tick.queue, SqsArrivalQueue)
+        assert tick.queue.wait_seconds == 0
+        assert tick.dataset_bucket == tick.settings.service_dataset_bucket
+    with SensorStore.from_settings(settings).open() as tick:
+        assert isinstance(tick.queue, LocalArrivalQueue)
+        assert tick.dataset_bucket is None
 
 
 def test_hundred_arrivals_in_one_window_make_one_run(
