@@ -57,12 +57,20 @@ def admin_user(request: Request, settings: Settings = Depends(get_settings)) -> 
 
 
 def client_ip(request: Request, settings: Settings) -> str | None:
-    """The caller's address; X-Forwarded-For counts only when the peer is a trusted proxy."""
+    """The caller's address; X-Forwarded-For counts only when the peer is a trusted proxy.
+
+    The chain is read from the right: each trusted proxy appends the address it received from,
+    and entries left of the first untrusted one are the client's own (spoofable) claims.
+    """
     peer = request.client.host if request.client else None
     forwarded = request.headers.get("x-forwarded-for")
-    if forwarded and peer and peer in settings.trusted_proxies:
-        return forwarded.split(",")[0].strip()
-    return peer
+    if not (forwarded and peer and peer in settings.trusted_proxies):
+        return peer
+    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+    for hop in reversed(hops):
+        if hop not in settings.trusted_proxies:
+            return hop
+    return hops[0] if hops else peer
 
 
 def get_key_verifier(request: Request) -> KeyVerifier:

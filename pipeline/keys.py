@@ -157,9 +157,7 @@ class IssuedKey:
         return {"api_key": self.api_key, "key_info": key_info(self.key)}
 
 
-def _new_key_row(
-    body: KeyCreate, user_id: str, org_id: str | None, created_by: str | None
-) -> tuple[str, ApiKey]:
+def _new_key_row(body: KeyCreate, user_id: str, org_id: str | None) -> tuple[str, ApiKey]:
     value = generate_key(body.environment)
     now = utcnow()
     row = ApiKey(
@@ -179,14 +177,13 @@ def _new_key_row(
         created_at=now,
         expires_at=now + timedelta(days=body.expires_in_days) if body.expires_in_days else None,
     )
-    _ = created_by
     return value, row
 
 
 def create_key(
     session: Session, body: KeyCreate, *, user_id: str, org_id: str | None = None
 ) -> IssuedKey:
-    value, row = _new_key_row(body, user_id, org_id, None)
+    value, row = _new_key_row(body, user_id, org_id)
     session.add(row)
     session.flush()
     return IssuedKey(value, row)
@@ -259,7 +256,7 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
         allowed_ips=key.allowed_ips,
         billing_plan=key.billing_plan,
     )
-    value, row = _new_key_row(body, key.user_id, key.org_id, None)
+    value, row = _new_key_row(body, key.user_id, key.org_id)
     row.expires_at = key.expires_at
     key.is_active = False
     key.revoked_at = utcnow()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -11,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.errors import Conflict, Forbidden, InvalidInput, NotFound
+from pipeline.keys import canonical_key_id as canonical_id
 from pipeline.tables import ApiKey, Organization, OrgMember
 
 
@@ -73,16 +73,6 @@ class Membership:
         if allowed(self.role, KeyAction.REVOKE_OWN):
             raise Forbidden(f"role {self.role.value} may revoke only its own keys")
         raise Forbidden(f"role {self.role.value} may not revoke keys")
-
-
-def canonical_id(value: str) -> str | None:
-    """The canonical form of a UUID string, or None when it is not one."""
-    if len(value) > 45:
-        return None
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
 
 
 def membership(session: Session, org_id: str, user_id: str) -> Membership:

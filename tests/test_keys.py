@@ -477,8 +477,9 @@ def test_scopes_are_enforced_and_empty_means_all(app, db, platform_key) -> None:
 
 
 def test_allowed_ips_v4_and_v6_with_trusted_proxy(make_settings) -> None:
-    # TestClient's peer is "testclient"; trusting it makes X-Forwarded-For the client address.
-    app = create_app(make_settings(trusted_proxies=["testclient"]))
+    # TestClient's peer is "testclient"; trusting it (and the inner proxy 10.0.0.1) makes
+    # X-Forwarded-For the client address.
+    app = create_app(make_settings(trusted_proxies=["testclient", "10.0.0.1"]))
     try:
         with TestClient(app) as client:
             created = create(client, allowed_ips=["192.0.2.0/24", "2001:db8::/32"])
@@ -526,6 +527,20 @@ def test_ip_allowed(allowed, address, expected) -> None:
     from pipeline.keys import ip_allowed
 
     assert ip_allowed(allowed, address) is expected
+
+
+def test_forwarded_for_left_of_an_untrusted_hop_is_not_believed(make_settings) -> None:
+    # A client prepends an allowed address; the trusted proxy appends the real one.
+    app = create_app(make_settings(trusted_proxies=["testclient"]))
+    try:
+        with TestClient(app) as client:
+            key = create(client, allowed_ips=["192.0.2.0/24"])["api_key"]
+            spoofed = {**bearer(key), "X-Forwarded-For": "192.0.2.77, 198.51.100.1"}
+            assert client.get("/api/v1/whoami", headers=spoofed).status_code == 403
+            honest = {**bearer(key), "X-Forwarded-For": "198.51.100.1, 192.0.2.77"}
+            assert client.get("/api/v1/whoami", headers=honest).status_code == 200
+    finally:
+        app.state.db.dispose()
 
 
 def test_forwarded_for_is_ignored_from_untrusted_peers(client: TestClient) -> None:
