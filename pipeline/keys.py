@@ -256,10 +256,18 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
         allowed_ips=key.allowed_ips,
         billing_plan=key.billing_plan,
     )
+    # Claim the old key with a conditional update: of two concurrent rotations only one
+    # matches the still-active row, so a key never gets two successors.
+    claimed = session.execute(
+        update(ApiKey)
+        .where(ApiKey.id == key.id, ApiKey.is_active.is_(True))
+        .values(is_active=False, revoked_at=utcnow())
+        .execution_options(synchronize_session="fetch")
+    ).rowcount
+    if claimed != 1:
+        raise InvalidInput("only an active key can be rotated")
     value, row = _new_key_row(body, key.user_id, key.org_id)
     row.expires_at = key.expires_at
-    key.is_active = False
-    key.revoked_at = utcnow()
     session.add(row)
     session.flush()
     key.replaced_by = row.id

@@ -731,3 +731,29 @@ def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
     for value in values:
         assert value not in logged
         assert value.split("_", 2)[2] not in logged
+
+
+def test_concurrent_rotations_give_a_key_only_one_successor(db) -> None:
+    from pipeline.errors import InvalidInput
+    from pipeline.keys import KeyCreate, create_key, rotate_key
+
+    with db.session() as session:
+        key_id = create_key(session, KeyCreate(name="k", service_id="platform"), user_id="u").key.id
+    first, second = db.sessionmaker(), db.sessionmaker()
+    try:
+        # Both callers have read the key while it was still active.
+        stale_a, stale_b = first.get(ApiKey, key_id), second.get(ApiKey, key_id)
+        assert stale_a is not None and stale_b is not None
+        rotate_key(first, stale_a)
+        first.commit()
+        with pytest.raises(InvalidInput):
+            rotate_key(second, stale_b)
+        second.rollback()
+    finally:
+        first.close()
+        second.close()
+    with db.session() as session:
+        active = session.scalars(
+            select(ApiKey).where(ApiKey.user_id == "u", ApiKey.is_active.is_(True))
+        ).all()
+        assert len(active) == 1
