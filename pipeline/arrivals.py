@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 from pipeline.db import Database
 from pipeline.objectstore import ObjectStore, dataset_key, sha256_file
 from pipeline.queue import ArrivalQueue, ObjectArrival, QueueMessage, parse_arrival_message
-from pipeline.tables import DatasetArrival, DatasetVersion, Model
+from pipeline.tables import DatasetArrival, DatasetVersion, Model, isoformat_utc
 
 log = logging.getLogger(__name__)
 
@@ -476,10 +476,6 @@ def list_arrivals(session: Session, model_id: int | None, limit: int) -> list[Da
     return list(session.scalars(query.limit(limit)))
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def arrival_view(row: DatasetArrival) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -490,7 +486,7 @@ def arrival_view(row: DatasetArrival) -> dict[str, Any]:
         "size_bytes": row.size_bytes,
         "sha256": row.sha256,
         "source": row.source,
-        "received_at": _iso(row.received_at),
+        "received_at": isoformat_utc(row.received_at),
         "run_key": row.run_key,
     }
 
@@ -561,8 +557,8 @@ class DebounceCursor:
             {
                 "pending": {
                     str(model): {
-                        "first_seen": _iso(batch.first_seen),
-                        "last_seen": _iso(batch.last_seen),
+                        "first_seen": isoformat_utc(batch.first_seen),
+                        "last_seen": isoformat_utc(batch.last_seen),
                         "versions": batch.versions,
                     }
                     for model, batch in sorted(self.pending.items())

@@ -15,7 +15,7 @@ from pipeline.errors import InvalidInput, NotFound, RowValidationFailed
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
-from pipeline.tables import Contribution, DatasetVersion
+from pipeline.tables import Contribution, DatasetVersion, isoformat_utc
 from pipeline.validation import validator_for
 
 ROWS_FILENAME = "rows.parquet"
@@ -191,6 +191,6 @@ def contribution_view(job: Contribution) -> dict[str, Any]:
         "quality": job.quality,
         "improvementPct": job.improvement_pct,
         "tokens": job.tokens,
-        "createdAt": job.created_at.isoformat(),
-        "updatedAt": job.updated_at.isoformat(),
+        "createdAt": isoformat_utc(job.created_at),
+        "updatedAt": isoformat_utc(job.updated_at),
     }

@@ -19,17 +19,18 @@ import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from pipeline.db import Database
 from pipeline.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from pipeline.ratelimit import KeyRateLimiter
-from pipeline.tables import ApiKey, KeyUsage, utcnow
+from pipeline.tables import ApiKey, KeyUsage, isoformat_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,6 @@ def display_prefix(api_key: str) -> str:
 def key_info(key: ApiKey) -> dict[str, Any]:
     """APIKeyInfo, spec §2.8."""
 
-    def iso(value: datetime | None) -> str | None:
-        return value.isoformat() if value else None
-
     return {
         "key_id": key.id,
         "name": key.name,
@@ -141,9 +139,9 @@ def key_info(key: ApiKey) -> dict[str, Any]:
         "rate_limit_per_hour": key.rate_limit_per_hour,
         "monthly_prediction_limit": key.monthly_prediction_limit,
         "billing_plan": key.billing_plan,
-        "created_at": iso(key.created_at),
-        "expires_at": iso(key.expires_at),
-        "last_used_at": iso(key.last_used_at),
+        "created_at": isoformat_utc(key.created_at),
+        "expires_at": isoformat_utc(key.expires_at),
+        "last_used_at": isoformat_utc(key.last_used_at),
     }
 
 
@@ -258,11 +256,14 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
     )
     # Claim the old key with a conditional update: of two concurrent rotations only one
     # matches the still-active row, so a key never gets two successors.
-    claimed = session.execute(
-        update(ApiKey)
-        .where(ApiKey.id == key.id, ApiKey.is_active.is_(True))
-        .values(is_active=False, revoked_at=utcnow())
-        .execution_options(synchronize_session="fetch")
+    claimed = cast(
+        "CursorResult[Any]",
+        session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == key.id, ApiKey.is_active.is_(True))
+            .values(is_active=False, revoked_at=utcnow())
+            .execution_options(synchronize_session="fetch"),
+        ),
     ).rowcount
     if claimed != 1:
         raise InvalidInput("only an active key can be rotated")

@@ -21,6 +21,7 @@ from pipeline.tables import (
     Evaluation,
     Model,
     RewardEntry,
+    isoformat_utc,
     utcnow,
 )
 
@@ -32,10 +33,6 @@ def check_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
     return limit
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
@@ -71,7 +68,7 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 "tokens": entry.tokens,
                 "metricName": evaluation.metric_name,
                 "improvementPct": evaluation.improvement_pct,
-                "createdAt": _iso(entry.created_at),
+                "createdAt": isoformat_utc(entry.created_at),
             }
             for entry, evaluation, version in rows
         ],
@@ -115,7 +112,7 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
                 "baselineScore": _finite(evaluation.baseline_score),
                 "improvementPct": _finite(evaluation.improvement_pct),
                 "runId": evaluation.run_id,
-                "createdAt": _iso(evaluation.created_at),
+                "createdAt": isoformat_utc(evaluation.created_at),
             }
             for evaluation, version, kind, eval_split in rows
         ],
@@ -154,5 +151,5 @@ def _profile_view(profile: ContributorProfile) -> dict[str, Any]:
     return {
         "userId": profile.user_id,
         "manifest": profile.manifest,
-        "updatedAt": _iso(profile.updated_at),
+        "updatedAt": isoformat_utc(profile.updated_at),
     }

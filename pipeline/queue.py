@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.objectstore import StoredObject
-from pipeline.tables import ArrivalEvent, utcnow
+from pipeline.tables import ArrivalEvent, isoformat_utc, utcnow
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def s3_event_body(bucket: str, stored: StoredObject) -> str:
     record = {
         "eventVersion": "2.1",
         "eventSource": "aws:s3",
-        "eventTime": utcnow().isoformat().replace("+00:00", "Z"),
+        "eventTime": isoformat_utc(utcnow()),
         "eventName": "ObjectCreated:Put",
         "s3": {
             "bucket": {"name": bucket},

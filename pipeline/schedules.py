@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.errors import Conflict, NotFound, Unprocessable
 from pipeline.registry import get_model
-from pipeline.tables import BenchmarkSpec, DatasetVersion, EvaluationSchedule, utcnow
+from pipeline.tables import BenchmarkSpec, DatasetVersion, EvaluationSchedule, isoformat_utc, utcnow
 
 CRON_MAX_LENGTH = 200
 CRON_ALIASES = frozenset(
@@ -72,12 +72,6 @@ def next_fire_time(expression: str, after: datetime) -> datetime:
     return fire.astimezone(UTC)
 
 
-def iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def schedule_view(schedule: EvaluationSchedule) -> dict[str, Any]:
     """The spec §2.7 body: ISO 8601 UTC times, `model_id` as a string."""
     return {
@@ -85,10 +79,10 @@ def schedule_view(schedule: EvaluationSchedule) -> dict[str, Any]:
         "model_id": str(schedule.model_id),
         "cron_expression": schedule.cron_expression,
         "enabled": schedule.enabled,
-        "last_run_at": iso(schedule.last_run_at),
-        "next_run_at": iso(schedule.next_run_at),
-        "created_at": iso(schedule.created_at),
-        "updated_at": iso(schedule.updated_at),
+        "last_run_at": isoformat_utc(schedule.last_run_at),
+        "next_run_at": isoformat_utc(schedule.next_run_at),
+        "created_at": isoformat_utc(schedule.created_at),
+        "updated_at": isoformat_utc(schedule.updated_at),
     }
 
 

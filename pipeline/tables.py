@@ -60,6 +60,15 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def isoformat_utc(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a `Z`, the one timestamp format of every API body; None stays None."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def new_uuid() -> str:
     return str(uuid.uuid4())
 
