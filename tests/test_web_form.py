@@ -4,83 +4,29 @@ Chromium is Debian's (`/usr/bin/chromium`, installed by `.ci/run`), driven by Pl
 `executable_path`. Without it the tests skip, except with CI=true, where they fail.
 """
 
+# ruff: noqa: F811 - the fixtures imported from tests.browser_support are parameters here
+
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.tables import Contribution, DatasetVersion
-from tests.conftest import IN_CI
-from tests.live_server import serve
+from tests.browser_support import (  # noqa: F401 - fixtures
+    ARTIFACTS,
+    backend,
+    browser,
+    live,
+    page,
+    tracked_page,
+)
 
 pytestmark = pytest.mark.slow
-
-CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
-# What works for headless Chromium on these machines (no network beyond loopback, root).
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-TIMEOUT_MS = 15_000
-
-
-def _unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: the browser test must run; .ci/run installs chromium)")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def backend() -> str:
-    # The form is a client of the HTTP API; both stores are covered by the API's own tests.
-    return "sqlite"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing: apt-get install chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the Python package playwright is not installed")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def live(settings: Settings) -> Iterator[str]:
-    with serve(settings) as (base_url, _):
-        yield base_url
-
-
-@pytest.fixture
-def page(browser: Any, live: str) -> Iterator[Any]:
-    context = browser.new_context(base_url=live, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def _ready(page: Any) -> None:
