@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.config import Settings
+from pipeline.contributions import contribution_view
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.objectstore import object_store_from_settings
@@ -399,3 +400,45 @@ def test_csv_file_is_submitted_and_followed_to_its_final_status(
     assert "reward tokens" in detail
     assert final.locator(".job-status").inner_text() == "rewarded"
     page.screenshot(path=str(ARTIFACTS / "web-form-rewarded.png"), full_page=True)
+
+
+def test_a_queued_job_shows_what_it_waits_for_and_is_followed_until_the_session_ends(
+    page: Any, session_token: Callable[..., str], db: Database
+) -> None:
+    page.goto("/models/1/contribute")
+    _ready(page)
+    _sign_in(page, session_token("alice"))
+    page.fill("#csv-text", _csv(churn_rows(120, seed=8)))
+    page.click("#submit")
+    item = page.locator("li.job[data-status=queued]")
+    item.wait_for(state="visible")
+    assert "120 rows submitted" in item.inner_text()
+    [stored] = _jobs(db)
+    assert stored.status == "queued"
+    # The job view's reason when it gives one, else what a queued job waits for.
+    expected = contribution_view(stored)["reason"] or "waiting for the next evaluation run"
+    page.wait_for_function(
+        "text => document.querySelector('li.job .job-detail').textContent.startsWith(text)",
+        arg=expected,
+    )
+
+    # A queued job's view may say when its evaluation is due (issue 11); the page shows it.
+    # Added to the real answer here, as the view of this branch does not carry it yet.
+    def due(route: Any, request: Any) -> None:
+        response = route.fetch()
+        route.fulfill(
+            response=response, json={**response.json(), "evaluationDueAt": "2030-01-01T12:00:00Z"}
+        )
+
+    page.route("**/api/models/1/contributions/*", due)
+    page.wait_for_function(
+        "document.querySelector('li.job .job-detail').textContent"
+        ".includes('evaluation expected to start at')"
+    )
+    page.unroute("**/api/models/1/contributions/*", due)
+
+    page.context.clear_cookies()
+    page.wait_for_function(
+        "document.querySelector('li.job .job-detail').textContent.includes('HTTP 401')"
+    )
+    assert "sign in again" in item.locator(".job-detail").inner_text()

@@ -936,6 +936,11 @@
         item.dataset.status = job.status;
         item.querySelector(".job-detail").textContent = describeJob(job);
         if (FINAL.has(job.status)) return;
+      } else if (response.status === 401 || response.status === 404) {
+        // Retrying cannot help: the session ended, or the job is not this user's.
+        item.querySelector(".job-detail").textContent =
+          `no longer followed here (HTTP ${response.status}): sign in again and reload the job`;
+        return;
       }
     } catch (_) {
       // A dropped poll is retried on the next tick.
