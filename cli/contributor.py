@@ -229,22 +229,21 @@ def batch_idempotency_key(model_id: int, file_digest: str, batch_count: int, ind
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    """Read and check a spec §2.5 manifest (wallet, license identifier, weights summing to 1)."""
-    from pipeline.errors import InvalidInput
-    from pipeline.rewards import parse_manifest
+    """Read and check a spec §2.5 manifest with the server's own check, naming every problem."""
+    from pipeline.rewards import InvalidManifest, decode_manifest, parse_manifest
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = decode_manifest(path.read_bytes())
+        parse_manifest(data)
     except FileNotFoundError:
         raise RowFileError(f"{path}: no such file") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ClientError(f"{path}: not a JSON file") from None
-    try:
-        parse_manifest(data)
-    except InvalidInput as exc:
-        raise ClientError(f"{path}: {exc.detail}") from None
-    manifest: dict[str, Any] = data
-    return manifest
+    except InvalidManifest as exc:
+        count = len(exc.problems)
+        lines = "".join(f"\n  {problem}" for problem in exc.problems)
+        raise ClientError(
+            f"{path}: the manifest has {count} problem{'s' if count > 1 else ''}:{lines}"
+        ) from None
+    return data
 
 
 def _progress(console: Console, *columns: Any) -> Progress:

@@ -50,7 +50,8 @@ def validate_rows(
 ) -> None:
     """Raise RowValidationFailed listing every failing row (spec §2.4), and a bad manifest.
 
-    An invalid contributor manifest is one more error, at path `manifest` with rowIndex -1.
+    Each problem of an invalid contributor manifest is one more error, at path
+    `manifest.<field>` with rowIndex -1.
     """
     errors = validator_for(model.id, model.spec_version, model.data_spec).errors_for(rows)
     manifest_error = _manifest_error(manifest)
@@ -65,14 +66,22 @@ def validate_rows(
 
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
-    from pipeline.rewards import parse_manifest
+    """One spec §2.4 error per manifest problem, at `manifest.<field>` (rowIndex -1)."""
+    from pipeline.rewards import InvalidManifest, parse_manifest
 
     if manifest is None:
         return []
     try:
         parse_manifest(manifest)
-    except InvalidInput as exc:
-        return [{"path": "manifest", "message": exc.detail, "rowIndex": -1}]
+    except InvalidManifest as exc:
+        return [
+            {
+                "path": f"manifest.{problem.field}" if problem.field else "manifest",
+                "message": problem.message,
+                "rowIndex": -1,
+            }
+            for problem in exc.problems
+        ]
     return []
 
 
