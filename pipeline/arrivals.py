@@ -34,11 +34,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -487,6 +488,18 @@ def arrival_view(row: DatasetArrival) -> dict[str, Any]:
 
 
 # --- Debounce -----------------------------------------------------------------------------------
+
+
+def run_request_due(first_seen: datetime, window_seconds: float, poll_seconds: float) -> datetime:
+    """When the arrival sensor requests the run of a batch that opened at `first_seen`.
+
+    The batch opens at the tick that recorded its first arrival; the sensor ticks every
+    `poll_seconds` after that and releases the batch at the first tick at least
+    `window_seconds` later (the same tick when the window is 0). An estimate: Dagster's daemon
+    may run a tick a few seconds late.
+    """
+    ticks = math.ceil(window_seconds / poll_seconds) if window_seconds > 0 else 0
+    return first_seen + timedelta(seconds=ticks * poll_seconds)
 
 
 def batch_run_key(model_id: int, versions: list[str]) -> str:
