@@ -256,6 +256,15 @@ def _progress(console: Console, *columns: Any) -> Progress:
     )
 
 
+def _progress_line(job: dict[str, Any] | None) -> str | None:
+    """A job's status, with what it waits for while queued (the server says why)."""
+    if job is None:
+        return None
+    if job["status"] == "queued" and job.get("reason"):
+        return f"queued · {job['reason']}"
+    return str(job["status"])
+
+
 def _follow_jobs(
     client: MarketplaceClient, model_id: int, job_ids: list[str], poll: float, timeout: float
 ) -> dict[str, dict[str, Any]]:
@@ -266,8 +275,8 @@ def _follow_jobs(
     while pending:
         for job_id in list(pending):
             job = client.contribution(model_id, job_id)
-            if last.get(job_id, {}).get("status") != job["status"]:
-                _note(f"job {job_id}: {job['status']}")
+            if _progress_line(last.get(job_id)) != _progress_line(job):
+                _note(f"job {job_id}: {_progress_line(job)}")
             last[job_id] = job
             if job["status"] in FINAL_JOB_STATUSES:
                 pending.remove(job_id)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from cli import contributor, demo, operate, orgs
+from cli.devmode import quiet_library_loggers
 from pipeline.config import ConfigError
 from pipeline.errors import DomainError
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_library_loggers()
     args = build_parser().parse_args(argv)
     try:
         result = args.handler(args)

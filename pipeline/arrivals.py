@@ -490,15 +490,21 @@ def arrival_view(row: DatasetArrival) -> dict[str, Any]:
 # --- Debounce -----------------------------------------------------------------------------------
 
 
-def run_request_due(first_seen: datetime, window_seconds: float, poll_seconds: float) -> datetime:
-    """When the arrival sensor requests the run of a batch that opened at `first_seen`.
+# Dagster's sensor ticks are about, not exactly, one interval apart: a window that is a whole
+# number of intervals may close at the tick after the one it seems to.
+TICK_JITTER_SECONDS = 1.0
 
-    The batch opens at the tick that recorded its first arrival; the sensor ticks every
+
+def run_request_due(first_seen: datetime, window_seconds: float, poll_seconds: float) -> datetime:
+    """By when the arrival sensor requests the run of a batch that opened at `first_seen`.
+
+    The batch opens at the tick that recorded its first arrival; the sensor ticks about every
     `poll_seconds` after that and releases the batch at the first tick at least
-    `window_seconds` later (the same tick when the window is 0). An estimate: Dagster's daemon
-    may run a tick a few seconds late.
+    `window_seconds` later (the same tick when the window is 0).
     """
-    ticks = math.ceil(window_seconds / poll_seconds) if window_seconds > 0 else 0
+    if window_seconds <= 0:
+        return first_seen
+    ticks = math.ceil((window_seconds + TICK_JITTER_SECONDS) / poll_seconds)
     return first_seen + timedelta(seconds=ticks * poll_seconds)
 
 
