@@ -67,7 +67,16 @@ def record_arrivals(settings: Settings, db: Database, now: datetime) -> None:
 @pytest.mark.parametrize(
     ("window", "poll", "after"),
     # A window of whole intervals may close a tick late (ticks are not exactly regular).
-    [(10, 5, 15), (12, 5, 15), (13, 5, 15), (14, 5, 15), (15, 5, 20), (0, 5, 0), (300, 30, 330), (45, 30, 60)],
+    [
+        (10, 5, 15),
+        (12, 5, 15),
+        (13, 5, 15),
+        (14, 5, 15),
+        (15, 5, 20),
+        (0, 5, 0),
+        (300, 30, 330),
+        (45, 30, 60),
+    ],
 )
 def test_a_batch_is_released_at_the_first_sensor_tick_after_its_window(
     window: int, poll: int, after: int
