@@ -117,7 +117,7 @@ class RowValidator:
             # The two validators disagree only where jsonschema-rs is stricter (formats it
             # knows and python-jsonschema skips) or the row holds a non-JSON value.
             found = self._fast_errors(base, index, row)
-        return found[:MAX_ERRORS_PER_ROW]
+        return dedupe(found[:MAX_ERRORS_PER_ROW])
 
     def _fast_errors(self, base: str, index: int, row: Any) -> list[RowError]:
         if self._fast is not None:
