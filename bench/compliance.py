@@ -95,9 +95,14 @@ def run(n_rows: int, repeats: int) -> None:
         frame_seconds, frame_found = median_time(
             lambda: count_spec_violations(frame, spec, 65_536), repeats
         )
-        csv_read_seconds, _ = median_time(lambda: pacsv.read_csv(csv, convert_options=CSV_OPTIONS), repeats)
+        csv_read_seconds, _ = median_time(
+            lambda: pacsv.read_csv(csv, convert_options=CSV_OPTIONS), repeats
+        )
         csv_check_seconds, csv_found = median_time(
-            lambda: count_spec_violations(pacsv.read_csv(csv, convert_options=CSV_OPTIONS), spec, 65_536), repeats
+            lambda: count_spec_violations(
+                pacsv.read_csv(csv, convert_options=CSV_OPTIONS), spec, 65_536
+            ),
+            repeats,
         )
         sizes = (parquet.stat().st_size, csv.stat().st_size)
     if not found == frame_found == csv_found == expected:

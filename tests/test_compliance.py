@@ -225,9 +225,7 @@ def test_the_pipeline_counts_a_frame_as_arrow_does_with_nan_as_missing() -> None
     as_arrow = pa.Table.from_pandas(frame, preserve_index=False)
     # pandas has one missing value, NaN: Arrow reads it as a missing cell.
     assert count_spec_violations(frame, spec, batch_size=50) == reference_count(as_arrow, spec)
-    assert count_spec_violations(as_arrow, spec, batch_size=50) == reference_count(
-        as_arrow, spec
-    )
+    assert count_spec_violations(as_arrow, spec, batch_size=50) == reference_count(as_arrow, spec)
 
 
 def test_a_frame_arrow_cannot_type_is_checked_row_by_row() -> None:
