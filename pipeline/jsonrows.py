@@ -132,36 +132,73 @@ class SplitBody:
         return envelope
 
 
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The members spec §2.2 names, each left raw, and `rows` as one raw slice per row."""
+
+    modelId: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # noqa: N815 - spec names
+    benchmarkSpecId: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # noqa: N815
+    rows: list[msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    schemaVersion: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # noqa: N815
+    templateId: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # noqa: N815
+    manifest: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_ROWS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
 def split_body(data: bytes | bytearray | memoryview) -> SplitBody:
     """Split a JSON body into members and raw rows; RowValidationFailed when it is unreadable."""
     try:
-        members = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+        # One pass over a well-formed body; anything unusual goes the general way below.
+        envelope = _ENVELOPE.decode(data)
+    except msgspec.ValidationError:
+        return _split_members(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise scan_body(data, reason=str(exc)) from None
+    body = SplitBody(members={})
+    for name in envelope.__struct_fields__:
+        raw = getattr(envelope, name)
+        if raw is msgspec.UNSET:
+            continue
+        if name == "rows":
+            body.has_rows = True
+            body.rows = RawRows(raw)
+        else:
+            body.members[name] = _member(raw, name)
+    return body
+
+
+def _split_members(data: bytes | bytearray | memoryview) -> SplitBody:
+    """The general split: any member names (the envelope check names the unknown ones)."""
+    try:
+        members = _MEMBERS.decode(data)
     except msgspec.ValidationError:
         raise _body_error(NOT_AN_OBJECT) from None
     except (msgspec.DecodeError, RecursionError) as exc:
         raise scan_body(data, reason=str(exc)) from None
     body = SplitBody(members={})
     for name, raw in members.items():
-        if name == "rows":
+        if name != "rows":
+            body.members[name] = _member(raw, name)
             continue
-        value, problems = parse_value(raw, name, -1)
-        if problems:
-            raise RowValidationFailed(BODY_MESSAGE, [p.as_dict() for p in problems])
-        body.members[name] = value
-    if "rows" in members:
         body.has_rows = True
-        raw_rows = members["rows"]
-        if bytes(memoryview(raw_rows)[:1]) == b"[":
+        if bytes(memoryview(raw)[:1]) == b"[":
             try:
-                body.rows = RawRows(msgspec.json.decode(raw_rows, type=list[msgspec.Raw]))
+                body.rows = RawRows(_RAW_ROWS.decode(raw))
             except (msgspec.DecodeError, RecursionError) as exc:
                 raise scan_body(data, reason=str(exc)) from None
         else:
-            value, problems = parse_value(raw_rows, "rows", -1)
-            if problems:
-                raise RowValidationFailed(BODY_MESSAGE, [p.as_dict() for p in problems])
-            body.rows_value = value
+            body.rows_value = _member(raw, "rows")
     return body
+
+
+def _member(raw: msgspec.Raw, name: str) -> Any:
+    value, problems = parse_value(raw, name, -1)
+    if problems:
+        raise RowValidationFailed(BODY_MESSAGE, [p.as_dict() for p in problems])
+    return value
 
 
 def _body_error(message: str) -> RowValidationFailed:
