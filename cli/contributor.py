@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,21 +98,12 @@ def _handles_errors(handler: Callable[[argparse.Namespace], int]) -> Callable[..
 # --- validation (pure) ---------------------------------------------------------------------
 
 
-def row_errors(validator: RowValidator, rows: Sequence[Any]) -> Iterator[RowError]:
-    """Every failing row's errors, with the server's paths (`rows[<i>].<field>`), uncapped."""
-    for index, row in enumerate(rows):
-        if validator.is_valid(row):
-            continue
-        for error in validator.errors_for([row]):
-            # errors_for numbers a one-row list from 0; put the row's own index back.
-            yield RowError(f"rows[{index}]" + error.path[len("rows[0]") :], error.message, index)
-
-
 def file_errors(schema: dict[str, Any], rowfile: RowFile) -> list[RowError]:
+    """Every failing row's errors, with the server's paths (`rows[<i>].<field>`), uncapped."""
     found = [RowError(f"rows[{i}]", message, i) for i, message in rowfile.problems]
     broken = {i for i, _ in rowfile.problems}
     found.extend(
-        e for e in row_errors(RowValidator(schema), rowfile.rows) if e.rowIndex not in broken
+        e for e in RowValidator(schema).iter_errors(rowfile.rows) if e.rowIndex not in broken
     )
     return sorted(found, key=lambda e: e.rowIndex)
 

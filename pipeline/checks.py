@@ -34,6 +34,7 @@ from pipeline.tables import Contribution, DatasetVersion, Model
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from pipeline.quality import QualityReport
 
@@ -153,8 +154,29 @@ def readability_outcomes(summaries: Sequence[VersionSummary]) -> list[CheckOutco
     ]
 
 
-def count_spec_violations(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: int) -> int:
-    """Rows of `df` that fail the model's data-spec (missing cells are absent properties)."""
+def count_spec_violations(
+    data: pd.DataFrame | pa.Table, data_spec: dict[str, Any], batch_size: int
+) -> int:
+    """Rows that fail the model's data-spec (missing cells are absent properties).
+
+    Checked with Arrow compute where the data-spec allows it (pipeline/compliance.py); a
+    DataFrame is handed to Arrow first, so a NaN there is a missing cell, as pandas means it.
+    """
+    import pyarrow as pa
+
+    from pipeline.compliance import count_violations
+
+    if not isinstance(data, pa.Table):
+        try:
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return _count_frame_rows(data, data_spec, batch_size)
+    return count_violations(data, data_spec, batch_size)
+
+
+def _count_frame_rows(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: int) -> int:
+    """Row by row, for a frame whose columns mix types Arrow can't hold in one column."""
+    from pipeline.compliance import json_value
     from pipeline.validation import RowValidator
 
     validator = RowValidator(data_spec)
@@ -162,20 +184,25 @@ def count_spec_violations(df: pd.DataFrame, data_spec: dict[str, Any], batch_siz
     for start in range(0, len(df), batch_size):
         chunk = df.iloc[start : start + batch_size]
         for row in chunk.to_dict(orient="records"):
-            invalid += not validator.is_valid(_json_row(row))
+            try:
+                invalid += not validator.is_valid(_json_row(row, json_value))
+            except ValueError:  # a cell with no JSON value
+                invalid += 1
     return invalid
 
 
-def _json_row(row: dict[Any, Any]) -> dict[str, Any]:
+def _json_row(row: dict[Any, Any], json_value: Any) -> dict[str, Any]:
+    import pandas as pd
+
     clean: dict[str, Any] = {}
     for key, value in row.items():
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            continue
         if hasattr(value, "item") and not isinstance(value, str | bytes):
             value = value.item()  # numpy scalar
-        if value is not None and str(value) in {"NaT", "<NA>"}:
+        if value is None or value is pd.NA or value is pd.NaT:
             continue
-        clean[str(key)] = value
+        if isinstance(value, float) and math.isnan(value):
+            continue
+        clean[str(key)] = json_value(value)
     return clean
 
 

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.arrivals import run_request_due
 from pipeline.config import Settings
-from pipeline.datasets import rows_to_parquet_bytes
+from pipeline.datasets import RowTableBuilder, table_to_parquet_bytes
 from pipeline.db import Database
 from pipeline.errors import InvalidInput, NotFound, RowValidationFailed
+from pipeline.jsonrows import ListRows, RowSource
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
-from pipeline.validation import validator_for
+from pipeline.validation import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
 
 ROWS_FILENAME = "rows.parquet"
 MANIFEST_FILENAME = "manifest.json"
@@ -29,7 +33,7 @@ MANIFEST_FILENAME = "manifest.json"
 class ContributionRequest:
     model_id: int
     benchmark_spec_id: str | None
-    rows: list[dict[str, Any]]
+    rows: RowSource | Sequence[dict[str, Any]]
     schema_version: str | None = None
     template_id: str | None = None
     manifest: dict[str, Any] | None = None
@@ -48,24 +52,53 @@ def load_model_snapshot(db: Database, model_id: int) -> ModelSnapshot:
         return ModelSnapshot(model.id, model.spec_version, model.data_spec)
 
 
-def validate_rows(
-    model: ModelSnapshot, rows: list[dict[str, Any]], manifest: dict[str, Any] | None = None
-) -> None:
-    """Raise RowValidationFailed listing every failing row (spec §2.4), and a bad manifest.
+def row_source(rows: RowSource | Sequence[Any]) -> RowSource:
+    return rows if isinstance(rows, RowSource) else ListRows(rows)
 
-    Each problem of an invalid contributor manifest is one more error, at path
-    `manifest.<field>` with rowIndex -1.
+
+def check_rows(
+    model: ModelSnapshot, rows: RowSource, manifest: dict[str, Any] | None = None
+) -> pa.Table:
+    """The valid rows as the table to store, built while they are validated a chunk at a time.
+
+    Raises RowValidationFailed listing every failing row (spec §2.4, at most
+    MAX_ERRORS_TOTAL errors); each problem of an invalid contributor manifest is one more
+    error, at path `manifest.<field>` with rowIndex -1. Once a row has failed, later chunks
+    are only validated, not converted.
     """
-    errors = validator_for(model.id, model.spec_version, model.data_spec).errors_for(rows)
+    validator = validator_for(model.id, model.spec_version, model.data_spec)
+    builder = RowTableBuilder(model.data_spec)
+    errors: list[RowError] = []
+    for chunk in rows.chunks():
+        broken = {p.rowIndex for p in chunk.problems}
+        remaining = MAX_ERRORS_TOTAL - len(errors)
+        found = chunk.problems + list(
+            itertools.islice(
+                (
+                    e
+                    for e in validator.iter_errors(chunk.rows, chunk.start)
+                    if e.rowIndex not in broken
+                ),
+                remaining,
+            )
+        )
+        if not found and not errors:
+            found = builder.add(chunk.rows, chunk.start)
+        errors.extend(sorted(found, key=lambda e: e.rowIndex)[:remaining])
+        if len(errors) >= MAX_ERRORS_TOTAL:
+            break
+    rows.release()
     manifest_error = _manifest_error(manifest)
     if errors:
         failing = len({e.rowIndex for e in errors})
+        listed = errors if len(errors) >= MAX_ERRORS_TOTAL else dedupe(errors)
         raise RowValidationFailed(
             f"{failing} of {len(rows)} rows failed validation against the model's data-spec",
-            [e.as_dict() for e in errors] + manifest_error,
+            [e.as_dict() for e in listed] + manifest_error,
         )
     if manifest_error:
         raise RowValidationFailed("the contributor manifest is invalid", manifest_error)
+    return builder.table()
 
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -119,13 +152,16 @@ def submit_contribution(
         if earlier is not None:
             return earlier
     model = load_model_snapshot(db, request.model_id)
-    if not request.rows:
+    rows = row_source(request.rows)
+    if not len(rows):
         raise InvalidInput("rows must contain at least one row")
-    validate_rows(model, request.rows, request.manifest)
+    table = check_rows(model, rows, request.manifest)
+    row_count = table.num_rows
     manifest_bytes = (
         json.dumps(request.manifest, indent=2).encode() if request.manifest is not None else None
     )
-    payload = rows_to_parquet_bytes(request.rows, model.data_spec)
+    payload = table_to_parquet_bytes(table)
+    del table  # the Parquet bytes are all that is kept from here on
 
     number, version = allocate_version(db, model.id)
     written: list[StoredObject] = []
@@ -148,7 +184,7 @@ def submit_contribution(
                 file_format="parquet",
                 sha256=stored.sha256,
                 size_bytes=stored.size_bytes,
-                row_count=len(request.rows),
+                row_count=row_count,
                 columns=list(model.data_spec.get("properties", {})),
                 manifest=request.manifest,
             )
@@ -159,7 +195,7 @@ def submit_contribution(
                 dataset_version_id=dataset.id,
                 submitter_id=submitter_id,
                 status="queued",
-                submitted_rows=len(request.rows),
+                submitted_rows=row_count,
                 benchmark_spec_id=request.benchmark_spec_id,
                 schema_version=request.schema_version,
                 template_id=request.template_id,

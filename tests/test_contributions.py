@@ -291,3 +291,178 @@ def test_token_for_an_overlong_user_id_is_refused(client, settings) -> None:
         "/api/v1/keys", json={"name": "k", "service_id": "platform"}, headers=headers
     )
     assert create.status_code == 401
+
+
+# --- non-finite numbers, unreadable bodies, large bodies (issues 9, 10, 13) -----------------
+
+
+def raw_body(rows_json: list[str]) -> bytes:
+    return (
+        '{"modelId": 1, "benchmarkSpecId": null, "rows": [' + ",".join(rows_json) + "]}"
+    ).encode()
+
+
+def row_json(charges: str = "79.85", **fields: str) -> str:
+    values = {
+        "tenure_months": "14",
+        "monthly_charges": charges,
+        "contract": '"one-year"',
+        "support_calls": "3",
+        "churned": "1",
+        **fields,
+    }
+    return "{" + ", ".join(f'"{k}": {v}' for k, v in values.items()) + "}"
+
+
+def post_raw(client, auth_headers, content: bytes):
+    return client.post(
+        URL, content=content, headers={**auth_headers(), "content-type": "application/json"}
+    )
+
+
+def assert_spec_body(response) -> dict[str, Any]:
+    assert response.status_code == 400, response.text
+    payload = response.json()
+    assert payload["ok"] is False and payload["status"] == 400
+    assert isinstance(payload["message"], str) and payload["message"]
+    assert payload["errors"] and all(
+        set(e) == {"path", "message", "rowIndex"} and isinstance(e["rowIndex"], int)
+        for e in payload["errors"]
+    )
+    return payload
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" * 401])
+def test_non_finite_numbers_are_refused_at_their_row_path(
+    client, auth_headers, db, settings, literal
+) -> None:
+    content = raw_body([row_json(), row_json(), row_json(charges=literal), row_json()])
+    payload = assert_spec_body(post_raw(client, auth_headers, content))
+    assert [(e["path"], e["rowIndex"]) for e in payload["errors"]] == [
+        ("rows[2].monthly_charges", 2)
+    ]
+    assert "not a finite number" in payload["errors"][0]["message"]
+    assert counts(db) == (0, 0, 0)
+    assert stored_files(settings) == []
+
+
+def test_out_of_range_numbers_and_schema_errors_are_all_listed(client, auth_headers, db) -> None:
+    rows_json = [row_json() for _ in range(30)]
+    rows_json[4] = row_json(charges="1e400")
+    rows_json[9] = row_json(tenure_months="500")
+    rows_json[21] = row_json(charges="-" + "9" * 400)
+    payload = assert_spec_body(post_raw(client, auth_headers, raw_body(rows_json)))
+    assert [e["path"] for e in payload["errors"]] == [
+        "rows[4].monthly_charges",
+        "rows[9].tenure_months",
+        "rows[21].monthly_charges",
+    ]
+    assert payload["message"].startswith("3 of 30 rows")
+    assert counts(db) == (0, 0, 0)
+
+
+def test_every_nan_and_infinity_literal_is_listed(client, auth_headers, db) -> None:
+    # NaN and Infinity are not JSON at all: the body is scanned row by row to place each.
+    rows_json = [row_json() for _ in range(30)]
+    rows_json[3] = row_json(charges="NaN")
+    rows_json[17] = row_json(charges="Infinity", support_calls="-Infinity")
+    payload = assert_spec_body(post_raw(client, auth_headers, raw_body(rows_json)))
+    assert [(e["path"], e["rowIndex"]) for e in payload["errors"]] == [
+        ("rows[3].monthly_charges", 3),
+        ("rows[17].monthly_charges", 17),
+        ("rows[17].support_calls", 17),
+    ]
+    assert counts(db) == (0, 0, 0)
+
+
+def test_non_finite_number_in_the_envelope_is_refused(client, auth_headers, db) -> None:
+    content = b'{"modelId": 1e400, "benchmarkSpecId": null, "rows": [' + row_json().encode() + b"]}"
+    payload = assert_spec_body(post_raw(client, auth_headers, content))
+    assert payload["errors"][0]["path"] == "modelId"
+    assert counts(db) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("content", "path"),
+    [
+        (b"\xff\xfe{}", "body"),
+        (b'{"modelId": 1, "benchmarkSpecId": "\xff", "rows": []}', "benchmarkSpecId"),
+        (raw_body([row_json(contract='"\xff"'.encode("latin-1").decode("latin-1"))]), None),
+        (b"[" * 10_000 + b"]" * 10_000, "body"),
+        (b'{"modelId": 1, "benchmarkSpecId": null, "rows": [' + b"[" * 10_000 + b"]" * 10_000
+         + b"]}", "rows[0]"),
+        (b'{"manifest": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_000 + b"}", "manifest"),
+        (b'{"modelId": 1, "benchmarkSpecId": null, "rows": ["\\ud800"]}', None),
+        (b"", "body"),
+    ],
+)  # fmt: skip
+def test_unreadable_bodies_get_the_spec_body(client, auth_headers, db, content, path) -> None:
+    payload = assert_spec_body(post_raw(client, auth_headers, content))
+    if path is not None:
+        assert payload["errors"][0]["path"] == path, payload
+    assert counts(db) == (0, 0, 0)
+
+
+def test_non_utf8_text_in_a_row_is_located(client, auth_headers, db) -> None:
+    content = raw_body([row_json(), row_json()]).replace(b'"one-year"', b'"one-\xffyear"', 1)
+    payload = assert_spec_body(post_raw(client, auth_headers, content))
+    assert payload["errors"][0]["path"] == "rows[0]"
+    assert "UTF-8" in payload["errors"][0]["message"]
+
+
+def test_failing_rows_across_chunks_keep_their_own_index(client, auth_headers, db) -> None:
+    from pipeline.jsonrows import ROW_CHUNK
+
+    submitted = rows(2 * ROW_CHUNK + 10)
+    bad = [5, ROW_CHUNK - 1, ROW_CHUNK, 2 * ROW_CHUNK + 9]
+    for index in bad:
+        submitted[index]["support_calls"] = -1
+    response = client.post(URL, json=body(rows=submitted), headers=auth_headers())
+    payload = assert_spec_body(response)
+    assert [(e["path"], e["rowIndex"]) for e in payload["errors"]] == [
+        (f"rows[{i}].support_calls", i) for i in bad
+    ]
+    assert payload["message"].startswith(f"4 of {len(submitted)} rows")
+    assert counts(db) == (0, 0, 0)
+
+
+def test_errors_stay_capped_for_a_body_of_bad_rows(client, auth_headers, db) -> None:
+    from pipeline.validation import MAX_ERRORS_TOTAL
+
+    submitted = rows(3000)
+    for row in submitted:
+        row["contract"] = "weekly"
+        row["support_calls"] = 99
+    payload = assert_spec_body(client.post(URL, json=body(rows=submitted), headers=auth_headers()))
+    assert len(payload["errors"]) == MAX_ERRORS_TOTAL
+    assert payload["errors"][0]["path"] == "rows[0].contract"
+
+
+def test_many_rows_are_stored_column_by_column_with_their_types(
+    client, auth_headers, settings
+) -> None:
+    from pipeline.jsonrows import ROW_CHUNK
+
+    submitted = rows(ROW_CHUNK + 123)
+    for i, row in enumerate(submitted):
+        row["monthly_charges"] = i % 400 if i % 2 else (i % 3000) / 7  # ints in a number column
+        row["has_fiber"] = i % 3 == 0
+        if i % 5 == 0:
+            del row["payment_method"]
+    response = client.post(URL, json=body(rows=submitted), headers=auth_headers())
+    assert response.status_code == 202, response.text
+    table = pq.read_table(settings.objects_dir / "datasets/1/v1/rows.parquet")
+    assert table.num_rows == len(submitted)
+    assert str(table.schema.field("tenure_months").type) == "int64"
+    assert str(table.schema.field("monthly_charges").type) == "double"
+    assert table.to_pylist() == [
+        {name: row.get(name) for name in table.column_names} for row in submitted
+    ]
+
+
+def test_the_openapi_document_describes_the_request_body(client) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/api/models/{modelId}/contributions"]
+    schema = operation["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["required"] == ["modelId", "benchmarkSpecId", "rows"]
+    assert schema["properties"]["rows"]["minItems"] == 1
+    assert schema["additionalProperties"] is False

@@ -6,9 +6,10 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from api.deps import current_user, get_db, get_settings, get_store
 from api.errors import ContributionBodyInvalid
@@ -21,9 +22,11 @@ from pipeline.contributions import (
     submit_contribution,
 )
 from pipeline.db import Database
-from pipeline.errors import RowValidationFailed
+from pipeline.errors import InvalidInput, RowValidationFailed
+from pipeline.jsonrows import SplitBody, split_body
 from pipeline.objectstore import ObjectStore
 from pipeline.sessions import Identity
+from pipeline.tables import Contribution
 
 
 class SpecErrorRoute(APIRoute):
@@ -78,43 +81,90 @@ class ContributionRejected(BaseModel):
     errors: list[RowErrorModel]
 
 
+def _contribution_body_schema() -> dict[str, Any]:
+    return ContributionBody.model_json_schema()
+
+
 @router.post(
     "/{modelId}/contributions",
     status_code=202,
     response_model=ContributionAccepted,
     responses={400: {"model": ContributionRejected}, 401: {}, 404: {}, 413: {}},
+    # The body is read and parsed by the route itself (see pipeline/jsonrows.py); its shape
+    # is still documented as ContributionBody.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _contribution_body_schema()}},
+        }
+    },
     summary="Submit contribution rows",
 )
-def post_contribution(
+async def post_contribution(
     modelId: int,  # noqa: N803
-    body: ContributionBody,
+    request: Request,
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
     settings: Settings = Depends(get_settings),
     idempotency_key: str | None = Header(default=None, max_length=200),
 ) -> ContributionAccepted:
-    if body.modelId != modelId:
-        raise RowValidationFailed(
-            "modelId in the body does not match the path",
-            [{"path": "modelId", "message": f"must equal {modelId}", "rowIndex": -1}],
-        )
-    job = submit_contribution(
-        db,
-        store,
-        ContributionRequest(
-            model_id=modelId,
-            benchmark_spec_id=body.benchmarkSpecId,
-            rows=body.rows,
-            schema_version=body.schemaVersion,
-            template_id=body.templateId,
-            manifest=body.manifest,
-        ),
+    # One growing buffer rather than a list of chunks joined at the end: a 50 MB body is
+    # held once. The size limit is enforced while it streams in (api/limits.py).
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+    split = await run_in_threadpool(split_body, body)
+    del body  # the raw rows keep what they need and let go of it once parsed
+    job = await run_in_threadpool(
+        _accept,
+        split,
+        modelId,
+        db=db,
+        store=store,
         submitter_id=user.user_id,
         local_queue=not settings.dataset_arrival_sqs_queue_url,
         idempotency_key=idempotency_key,
     )
     return ContributionAccepted(submittedRows=job.submitted_rows, jobId=job.id)
+
+
+def _accept(
+    split: SplitBody,
+    model_id: int,
+    *,
+    db: Database,
+    store: ObjectStore,
+    submitter_id: str,
+    local_queue: bool,
+    idempotency_key: str | None,
+) -> Contribution:
+    try:
+        envelope = ContributionBody.model_validate(split.envelope())
+    except ValidationError as exc:
+        raise ContributionBodyInvalid(list(exc.errors())) from None
+    if envelope.modelId != model_id:
+        raise RowValidationFailed(
+            "modelId in the body does not match the path",
+            [{"path": "modelId", "message": f"must equal {model_id}", "rowIndex": -1}],
+        )
+    if split.rows is None:  # unreachable: the envelope check wants a rows array
+        raise InvalidInput("rows must be an array of objects")
+    return submit_contribution(
+        db,
+        store,
+        ContributionRequest(
+            model_id=model_id,
+            benchmark_spec_id=envelope.benchmarkSpecId,
+            rows=split.rows,
+            schema_version=envelope.schemaVersion,
+            template_id=envelope.templateId,
+            manifest=envelope.manifest,
+        ),
+        submitter_id=submitter_id,
+        local_queue=local_queue,
+        idempotency_key=idempotency_key,
+    )
 
 
 @router.get("/{modelId}/contributions/{jobId}", summary="A contribution job, for its submitter")
