@@ -39,7 +39,9 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("expired_claims", sa.Integer(), server_default="0", nullable=False)
         )
-        batch_op.create_index("ix_contributions_lease", ["status", "lease_expires_at"], unique=False)
+        batch_op.create_index(
+            "ix_contributions_lease", ["status", "lease_expires_at"], unique=False
+        )
 
 
 def downgrade() -> None:
