@@ -9,6 +9,7 @@ requests a run for the jobs given back. The last test SIGKILLs a real process ho
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -285,7 +286,8 @@ def start_claimer(settings: Settings, version: str, run_id: str) -> subprocess.P
         text=True,
     )
     assert process.stdout is not None
-    line = process.stdout.readline()
+    ready, _, _ = select.select([process.stdout], [], [], 120)
+    line = process.stdout.readline() if ready else "(no answer in 120 s)"
     if line.strip() != "claimed 1":
         process.kill()
         raise AssertionError(f"the claimer did not claim: {line!r} {process.stderr.read()!r}")
