@@ -201,13 +201,12 @@ def test_the_arrival_sensor_gives_back_dead_claims_and_requests_one_run(
     sensor = make_arrival_sensor(clock=lambda: clock_now)
     sensor_store = SensorStore.from_settings(settings, evaluation_debounce_window_seconds=3600)
 
+    instance = dg.DagsterInstance.ephemeral()
+
     def tick() -> dg.SensorResult:
-        with (
-            dg.DagsterInstance.ephemeral() as instance,
-            dg.build_sensor_context(
-                instance=instance, resources={SENSOR_STORE: sensor_store}
-            ) as context,
-        ):
+        with dg.build_sensor_context(
+            instance=instance, resources={SENSOR_STORE: sensor_store}
+        ) as context:
             result = sensor(context)
         assert isinstance(result, dg.SensorResult)
         return result
@@ -224,6 +223,7 @@ def test_the_arrival_sensor_gives_back_dead_claims_and_requests_one_run(
     assert [r.run_key for r in again] == [retry.run_key]
     claim_batch(svc, 1, v2, run_id="retry-run")
     assert not [r for r in tick().run_requests if (r.run_key or "").startswith("retry-")]
+    instance.dispose()
 
 
 def test_assets_claim_under_the_dagster_run_id(
