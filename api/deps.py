@@ -1,4 +1,5 @@
-"""FastAPI dependencies: settings, database, object store, and the three kinds of caller."""
+"""FastAPI dependencies: settings, database, object store, the three kinds of caller, and
+the model-owner check on routes that change a model's ground truth."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pipeline.db import Database
 from pipeline.errors import Unauthenticated
 from pipeline.keys import KeyPrincipal, KeyVerifier
 from pipeline.objectstore import ObjectStore
+from pipeline.registry import require_model_owner
 from pipeline.sessions import Identity, admin_identity, decode_token
 
 
@@ -99,5 +101,31 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
             service_id="platform",
             scope=scope,
         )
+
+    return dependency
+
+
+def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
+    """Dependency factory: a platform key with `scope` acting for the owner of `{model_id}`.
+
+    After the key checks of `platform_key`: 404 for an unknown model, 403 {detail} unless the
+    key acts for the model's owner (`pipeline.registry.acts_for_owner`). It runs before the
+    route reads the request body, so a refused upload stores nothing. The id is read from the
+    path here rather than declared, so the route's own declaration (and its OpenAPI schema)
+    stays the only one; a non-integer id is left to the route's validation (400).
+    """
+    key_dependency = platform_key(scope)
+
+    async def dependency(
+        request: Request, principal: KeyPrincipal = Depends(key_dependency)
+    ) -> KeyPrincipal:
+        try:
+            model_id = int(request.path_params["model_id"])
+        except ValueError:
+            return principal
+        await run_in_threadpool(
+            require_model_owner, get_db(request), model_id, principal.user_id, principal.org_id
+        )
+        return principal
 
     return dependency

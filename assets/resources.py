@@ -2,7 +2,9 @@
 
 Every field left unset comes from the environment through `pipeline.config.Settings`, so the
 production `Definitions` use `MarketplaceResource()` (see `resource_defs`); tests build one with
-`MarketplaceResource.from_settings(settings)`. The database engine lives for one step.
+`MarketplaceResource.from_settings(settings)`. The database engine lives for one step, and so
+does a `LeaseKeeper` renewing the claims of the run (`pipeline.batches`): when the step's
+process dies, the run's claims run out and the jobs are given back.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from assets.settings_resource import SettingsResource
-from pipeline.batches import Services
+from pipeline.batches import LeaseKeeper, Services
 from pipeline.config import Settings
 
 MARKETPLACE = "marketplace"
@@ -23,11 +25,21 @@ class MarketplaceResource(SettingsResource):
     """Settings, database and object store for the assets (see `SettingsResource`)."""
 
     _services: Services | None = PrivateAttr(default=None)
+    _leases: LeaseKeeper | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._services = Services(self.settings())
+        settings = self.settings()
+        self._services = Services(settings)
+        if context.run_id:
+            # claim_batch claims jobs under the run id; renew them while this step runs.
+            self._leases = LeaseKeeper(
+                self._services.db, context.run_id, settings.claim_lease_seconds
+            ).start()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._leases is not None:
+            self._leases.stop()
+            self._leases = None
         if self._services is not None:
             self._services.close()
             self._services = None

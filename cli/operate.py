@@ -1,4 +1,4 @@
-"""Operator subcommands: serve, dev, db upgrade, models add/list, token."""
+"""Operator subcommands: serve, dev, db upgrade, models add/list/set-owner, token."""
 
 from __future__ import annotations
 
@@ -8,9 +8,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
 
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
+from pipeline.tables import Model
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from pipeline.registry import ModelOwner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,32 +38,81 @@ def cmd_db_upgrade(_: argparse.Namespace) -> int:
     return 0
 
 
+def _owner_from_args(session: Session, user: str | None, org: str | None) -> ModelOwner | None:
+    """--owner-user / --owner-org as a ModelOwner (an organization by id or name), or None."""
+    from pipeline.orgs import find_org
+    from pipeline.registry import ModelOwner
+
+    if org is not None:
+        return ModelOwner(org_id=find_org(session, org).id)
+    if user is not None:
+        return ModelOwner(user_id=user)
+    return None
+
+
 def cmd_models_add(args: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
-    from pipeline.registry import load_definition, register_model
+    from pipeline.registry import ModelOwner, load_definition, model_owner, register_model
 
     settings = _settings()
     prepare_store(settings)
     definition = load_definition(Path(args.file))
     db = Database.from_settings(settings)
-    with db.session() as session:
-        model = register_model(session, definition)
-        model_id = model.id
-    print(f"registered model {definition.name!r}")
+    try:
+        with db.session() as session:
+            owner = _owner_from_args(session, args.owner_user, args.owner_org)
+            existing = session.scalar(select(Model).where(Model.name == definition.name))
+            if owner is None and (existing is None or model_owner(existing) is None):
+                owner = ModelOwner(user_id=settings.admin_user_id)
+            model = register_model(session, definition, owner)
+            model_id, current = model.id, model_owner(model)
+    finally:
+        db.dispose()
+    print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
     print(model_id)
     return 0
 
 
-def cmd_models_list(_: argparse.Namespace) -> int:
+def cmd_models_set_owner(args: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
-    from pipeline.registry import list_models
+    from pipeline.registry import find_model, model_owner, set_model_owner
 
     settings = _settings()
     prepare_store(settings)
     db = Database.from_settings(settings)
-    with db.session() as session:
-        for model in list_models(session):
-            print(f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}")
+    try:
+        with db.session() as session:
+            owner = _owner_from_args(session, args.user, args.org)
+            assert owner is not None  # the parser requires one of --user and --org
+            model = find_model(session, args.model)
+            set_model_owner(model, owner)
+            model_id, name, current = model.id, model.name, model_owner(model)
+    finally:
+        db.dispose()
+    print(f"model {model_id} ({name}) is owned by {_owner_text(current)}")
+    return 0
+
+
+def _owner_text(owner: ModelOwner | None) -> str:
+    return owner.describe() if owner is not None else "nobody"
+
+
+def cmd_models_list(_: argparse.Namespace) -> int:
+    from pipeline.bootstrap import prepare_store
+    from pipeline.registry import list_models, model_owner
+
+    settings = _settings()
+    prepare_store(settings)
+    db = Database.from_settings(settings)
+    try:
+        with db.session() as session:
+            for model in list_models(session):
+                print(
+                    f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
+                    f"\towner={_owner_text(model_owner(model))}"
+                )
+    finally:
+        db.dispose()
     return 0
 
 
@@ -220,10 +278,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     models = sub.add_parser("models", help="model registry")
     models_sub = models.add_subparsers(dest="models_command", required=True)
-    add = models_sub.add_parser("add", help="register a model from a JSON or YAML file")
+    add = models_sub.add_parser(
+        "add",
+        help="register a model from a JSON or YAML file; a new model is owned by the admin "
+        "user (ADMIN_USER_ID) unless an owner is given",
+    )
     add.add_argument("file")
+    owner = add.add_mutually_exclusive_group()
+    owner.add_argument("--owner-user", help="user id of the owner")
+    owner.add_argument("--owner-org", help="organization id or name of the owner")
     add.set_defaults(handler=cmd_models_add)
     models_sub.add_parser("list", help="list models").set_defaults(handler=cmd_models_list)
+    set_owner = models_sub.add_parser(
+        "set-owner", help="give a model to a user or an organization (who may change its benchmark)"
+    )
+    set_owner.add_argument("model", help="model id or name")
+    new_owner = set_owner.add_mutually_exclusive_group(required=True)
+    new_owner.add_argument("--user", help="user id")
+    new_owner.add_argument("--org", help="organization id or name")
+    set_owner.set_defaults(handler=cmd_models_set_owner)
 
     token = sub.add_parser("token", help="print a session token (last line)")
     token.add_argument("--user", required=True)

@@ -17,7 +17,7 @@ def prepare_store(settings: Settings) -> None:
     upgrade(settings.resolved_database_url)
     db = Database.from_settings(settings)
     try:
-        model = seed_demo_model(db)
+        model = seed_demo_model(db, owner_user_id=settings.admin_user_id)
         if model is not None:
             log.info("registered demo model %s as id %s", model.name, model.id)
     finally:

@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     pipeline_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     enable_pii_detection: bool = True
     data_validation_strict: bool = False
+    # How long a run's claim on a contribution job lasts unless renewed (pipeline.batches).
+    claim_lease_seconds: int = Field(default=600, ge=1)
 
     # Service wiring.
     database_url: str | None = None

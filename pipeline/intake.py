@@ -4,9 +4,10 @@ An upload is received into a temporary file (`DatasetIntake`). The format is dec
 content: Parquet starts and ends with the magic `PAR1`; anything else must be UTF-8 text that
 pyarrow's CSV reader parses. A CSV file is checked by a background thread that reads the
 bytes already written while the rest is still arriving, so the checks end soon after the
-last byte; a Parquet file is checked from its footer and column chunks once complete. Only
-what the rules need is kept in memory: the row count, which columns hold a value, and a
-bounded sample of distinct text values for the PII scan.
+last byte; a Parquet file is read row group by row group once complete, its footer's claims
+checked rather than trusted (`pipeline.bounded_read`). Only what the rules need is kept in
+memory: the row count, which columns hold a value, and a bounded sample of distinct text
+values for the PII scan.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from pipeline.bounded_read import (
+    CSV_BLOCK_BYTES,
+    DatasetBoundsError,
+    ReadBudget,
+    check_parquet_footer,
+    iter_parquet_batches,
+)
 from pipeline.config import Settings
 from pipeline.errors import DomainError, InvalidInput, PayloadTooLarge, Unprocessable
 
@@ -43,9 +51,6 @@ PARQUET_MAGIC = b"PAR1"
 HEAD_BYTES = 64 * 1024
 # ... and for CSV up to a complete header line, which may not be longer than this.
 MAX_HEAD_BYTES = 1024 * 1024
-# pyarrow parses CSV in blocks; one row must fit in a block.
-CSV_BLOCK_BYTES = 1024 * 1024
-PARQUET_BATCH_ROWS = 64 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 # The PII sample: MAX_SAMPLE_SIZE distinct values in all, shared equally by the text
@@ -295,7 +300,14 @@ def profile_csv(stream: Any, head: CsvHead, sample_size: int) -> DatasetProfile:
 
 
 def profile_parquet(path: Path, sample_size: int) -> DatasetProfile:
-    """Row count from the footer; emptiness from statistics, else by reading column chunks."""
+    """Profile a complete Parquet file without trusting its footer (`pipeline.bounded_read`).
+
+    The footer's claims are checked against the file first; then every row group is read in
+    bounded batches, so the row count is what the row groups really hold and emptiness is
+    seen in the data, not in footer statistics. A file whose footer claims more rows or bytes
+    than it holds, or that decodes beyond its budget, is Unprocessable (422); one pyarrow
+    cannot parse is InvalidInput (400).
+    """
     import pyarrow.parquet as pq
 
     size = path.stat().st_size
@@ -313,40 +325,19 @@ def profile_parquet(path: Path, sample_size: int) -> DatasetProfile:
     columns = list(schema.names)
     text_columns = [f.name for f in schema if _is_text_column(f.type)]
     builder = _ProfileBuilder(columns, text_columns, sample_size)
-    builder.filled.update(_filled_by_statistics(metadata, schema))
-    wanted = [name for name in columns if name not in builder.filled or name in text_columns]
-    if wanted and metadata.num_rows:
-        try:
-            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
+    budget = ReadBudget.for_file(size)
+    rows = 0
+    try:
+        check_parquet_footer(metadata, size, budget)
+        for batch in iter_parquet_batches(parquet, size, budget):
+            rows += batch.num_rows
+            if not builder.done_learning():
                 builder.add(batch, count_rows=False)
-                if builder.done_learning():
-                    break
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
-    return builder.profile(PARQUET, rows=metadata.num_rows)
-
-
-def _filled_by_statistics(metadata: Any, schema: pa.Schema) -> set[str]:
-    """Top-level columns whose row-group statistics prove a non-null (non-NaN) value."""
-    top_level = {f.name: f for f in schema}
-    filled: set[str] = set()
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            name = chunk.path_in_schema
-            arrow_field = top_level.get(name)
-            stats = chunk.statistics
-            if arrow_field is None or name in filled or stats is None:
-                continue
-            if not stats.has_null_count or stats.null_count >= row_group.num_rows:
-                continue
-            if _is_text_column(arrow_field.type):
-                continue  # blank strings are empty too: read them
-            if pa.types.is_floating(arrow_field.type) and not stats.has_min_max:
-                continue  # only NaNs, perhaps
-            filled.add(name)
-    return filled
+    except DatasetBoundsError as exc:
+        raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
+    return builder.profile(PARQUET, rows=rows)
 
 
 def _first_line(exc: Exception) -> str:

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import aliased
 
 from pipeline.db import Database
 from pipeline.errors import InvalidInput, NotFound
@@ -81,17 +82,25 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
     `kind` is `contribution` when the evaluation measured a contribution (score with it,
     baseline without it) and `rescore` when it scored the model as it stands (score of the model
     trained on all accepted rows, baseline the trivial majority-class or mean predictor).
+    `benchmarkSpecId` and `benchmarkVersion` name the yardstick used: the spec and the dataset
+    version holding the benchmark rows (which are never served back).
     """
     check_limit(limit)
+    benchmark_version = aliased(DatasetVersion)
     with db.session() as session:
         if session.get(Model, model_id) is None:
             raise NotFound(f"model {model_id} not found")
         rows = session.execute(
             select(
-                Evaluation, DatasetVersion.version, DatasetVersion.kind, BenchmarkSpec.eval_split
+                Evaluation,
+                DatasetVersion.version,
+                DatasetVersion.kind,
+                BenchmarkSpec.eval_split,
+                benchmark_version.version,
             )
             .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
             .join(BenchmarkSpec, Evaluation.benchmark_spec_id == BenchmarkSpec.id)
+            .join(benchmark_version, BenchmarkSpec.dataset_version_id == benchmark_version.id)
             .where(Evaluation.model_id == model_id)
             .order_by(Evaluation.created_at.desc(), Evaluation.id)
             .limit(limit)
@@ -105,6 +114,7 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
                 "trigger": evaluation.trigger,
                 "datasetVersion": version,
                 "benchmarkSpecId": evaluation.benchmark_spec_id,
+                "benchmarkVersion": bench_version,
                 "evalSplit": eval_split,
                 "metricName": evaluation.metric_name,
                 "metricDirection": evaluation.metric_direction,
@@ -114,7 +124,7 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
                 "runId": evaluation.run_id,
                 "createdAt": isoformat_utc(evaluation.created_at),
             }
-            for evaluation, version, kind, eval_split in rows
+            for evaluation, version, kind, eval_split, bench_version in rows
         ],
     }
 

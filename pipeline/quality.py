@@ -15,7 +15,10 @@ Rules; QualityThresholds holds the §8 figures:
   is worth telling the contributor but is not a §8 rejection.
 
 With DATA_VALIDATION_STRICT=true warnings fail the report as errors do. "Valid CSV/JSON/Parquet"
-is decided by `read_dataset`, which raises UnreadableDataset before any check runs.
+is decided by `read_dataset`, which raises UnreadableDataset before any check runs. CSV and
+Parquet are read within a memory budget derived from the file's size, and a Parquet footer
+that claims more rows or bytes than the file holds makes the file unreadable
+(`pipeline.bounded_read`), so a hostile file fails this check instead of exhausting memory.
 
 Great Expectations counts rows and nulls (ExpectTableRowCountToBeBetween and
 ExpectColumnValuesToNotBeNull per column, one suite, one pass over the frame). The "above"
@@ -42,6 +45,7 @@ from typing import Any, Literal
 import pandas as pd
 import pyarrow as pa
 
+from pipeline.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
 from pipeline.config import Settings
 
 Severity = Literal["error", "warning"]
@@ -206,6 +210,9 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
     try:
         table = _READERS[kind](source)
         return table.to_pandas()
+    except DatasetBoundsError as exc:
+        # Its message names counts and sizes only, so it is kept whole.
+        raise UnreadableDataset(f"not a trustworthy {kind.upper()} file: {exc}") from None
     except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
         raise UnreadableDataset(f"not a valid {kind.upper()} file ({_reason(exc)})") from None
 
@@ -214,15 +221,11 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
 
 
 def _read_csv(path: Path) -> pa.Table:
-    from pyarrow import csv
-
-    return csv.read_csv(path, convert_options=csv.ConvertOptions(strings_can_be_null=True))
+    return read_csv_table(path)
 
 
 def _read_parquet(path: Path) -> pa.Table:
-    from pyarrow import parquet
-
-    return parquet.read_table(path)
+    return read_parquet_table(path)
 
 
 def _read_json(path: Path) -> pa.Table:

@@ -99,6 +99,12 @@ class Model(Base):
     spec_version: Mapped[int] = mapped_column(Integer, default=1)
     # Last dataset version number handed out; versions are allocated by an atomic increment.
     last_version: Mapped[int] = mapped_column(Integer, default=0)
+    # Who may change the model's ground truth (benchmark, schedule): one user or one
+    # organization; neither means no key may (see docs/ownership.md).
+    owner_user_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    owner_org_id: Mapped[str | None] = mapped_column(
+        ForeignKey("organizations.id"), nullable=True, index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -132,6 +138,8 @@ class Contribution(Base):
     __tablename__ = "contributions"
     __table_args__ = (
         UniqueConstraint("submitter_id", "idempotency_key", name="uq_contributions_idempotency"),
+        # Finding expired claims (status in validating/evaluating, lease in the past).
+        Index("ix_contributions_lease", "status", "lease_expires_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_uuid)
@@ -150,6 +158,12 @@ class Contribution(Base):
     quality: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     improvement_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
     tokens: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The claim of the run working on the job (validating, evaluating): who holds it and until
+    # when; an expired lease means the run died (see pipeline.batches, docs/robustness.md).
+    claimed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # Claims of this job whose lease expired; the second one fails the job.
+    expired_claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -10,7 +10,10 @@ One tick:
 3. releases the batches whose window has passed (trailing edge from the first arrival, see
    `pipeline.arrivals`): one run per model for its newest version, `run_key` derived from the
    batch, the arrival rows marked with that run key;
-4. returns the new partitions, the run requests and the cursor JSON.
+4. gives back the jobs whose claim expired (their run died: `pipeline.batches.expire_leases`)
+   and requests one run per model with jobs given back, `run_key` derived from those jobs and
+   their expired-claim counts, so the request is made once;
+5. returns the new partitions, the run requests and the cursor JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from pipeline.arrivals import (
     mark_run_key,
     pending_arrivals,
 )
+from pipeline.batches import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
+from pipeline.db import Database
 from pipeline.tables import utcnow
 from sensors.resources import SensorStore
 
@@ -60,6 +65,19 @@ def evaluation_request(
             TAG_VERSIONS: ",".join(versions),
         },
     )
+
+
+def retry_requests(db: Database) -> list[dg.RunRequest]:
+    """One run per model whose jobs were given back after an expired claim."""
+    by_model: dict[int, list[RequeuedJob]] = {}
+    for job in requeued_jobs(db):
+        by_model.setdefault(job.model_id, []).append(job)
+    return [
+        evaluation_request(
+            model_id, [job.version for job in jobs], retry_run_key(model_id, jobs), "arrival"
+        )
+        for model_id, jobs in sorted(by_model.items())
+    ]
 
 
 def make_arrival_sensor(
@@ -124,6 +142,10 @@ def make_arrival_sensor(
                     new_partitions.update(partition_key(model_id, v) for v in versions)
             for model_id in due:
                 cursor.pop(model_id)
+
+            for expired in expire_leases(tick.db, tick.settings.claim_lease_seconds, now=now):
+                context.log.warning(f"model {expired.model_id} {expired.version}: {expired.reason}")
+            run_requests.extend(retry_requests(tick.db))
 
         if report.received:
             context.log.info(f"arrival queue ({tick.queue.source}): {report.summary()}")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 
 from pipeline.db import Database
-from pipeline.registry import allocate_version, demo_definition, register_model
+from pipeline.registry import ModelOwner, allocate_version, demo_definition, register_model
 from pipeline.tables import BenchmarkSpec, DatasetVersion, Model
 
 T0 = datetime(2025, 3, 1, 10, 7, 30, tzinfo=UTC)
@@ -20,10 +20,11 @@ def demo_model_id(db: Database) -> int:
     return int(model_id)
 
 
-def add_model(db: Database, name: str) -> int:
+def add_model(db: Database, name: str, owner_user_id: str | None = None) -> int:
     definition = demo_definition().model_copy(update={"name": name})
+    owner = ModelOwner(user_id=owner_user_id) if owner_user_id else None
     with db.session() as session:
-        return register_model(session, definition).id
+        return register_model(session, definition, owner).id
 
 
 def add_version(db: Database, model_id: int, kind: str = "benchmark") -> str:

@@ -420,7 +420,7 @@ def test_upload_streams_the_file_with_progress_and_prints_the_result(
     path = write_csv(tmp_path / "bench.csv", rows, columns=list(rows[0]))
     size = path.stat().st_size
     assert size > 64 * 1024  # several chunks
-    key = platform_key("alice", scopes=["benchmarks:write"])
+    key = platform_key("admin", scopes=["benchmarks:write"])  # the demo model's owner
     status, out, err = run(
         "upload", "1", str(path), "--api-key", key, "--target-column", "churned",
         "--metric-name", "accuracy", "--eval-split", "test",

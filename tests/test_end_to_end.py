@@ -98,7 +98,7 @@ def test_upload_contribution_arrival_evaluation_reward(
     tmp_path: Path,
 ) -> None:
     client = e2e_client
-    key = platform_key(scopes=["benchmarks:write"])
+    key = platform_key("admin", scopes=["benchmarks:write"])  # the demo model's owner
     benchmark = pd.DataFrame(churn_benchmark_rows(300, seed=11)).to_csv(index=False).encode()
     uploaded = client.post(
         "/api/v1/benchmarks/upload/1",

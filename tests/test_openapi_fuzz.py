@@ -33,7 +33,8 @@ with _db.session() as _session:
     _platform_key = create_key(
         _session,
         KeyCreate(name="fuzz", service_id="platform", rate_limit_per_hour=100_000),
-        user_id="fuzzer",
+        # The admin user owns the demo model, so fuzzing reaches past the owner check.
+        user_id=_settings.admin_user_id,
     ).api_key
 _db.dispose()
 _session_token = issue_token(_settings, "fuzzer", admin=True)

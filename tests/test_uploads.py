@@ -90,9 +90,13 @@ FIELDS = {"target_column": TARGET, "input_columns": ",".join(FEATURES)}
 # HTTP helpers.
 
 
+# The demo model belongs to the admin user (docs/ownership.md): its keys may upload.
+OWNER = "admin"
+
+
 @pytest.fixture
 def key_headers(platform_key: Callable[..., str]) -> dict[str, str]:
-    return {"Authorization": f"Bearer {platform_key(scopes=['benchmarks:write'])}"}
+    return {"Authorization": f"Bearer {platform_key(OWNER, scopes=['benchmarks:write'])}"}
 
 
 def upload(
@@ -178,7 +182,7 @@ def test_accepted_upload_answers_201_with_the_stored_object(
         assert spec.allow_pii is False
         assert spec.row_count == 60
         assert spec.columns == [*FEATURES, TARGET]
-        assert spec.created_by == "alice"
+        assert spec.created_by == OWNER
         assert spec.filename == name_for(file_format)
         assert (version.kind, version.version, version.version_number) == ("benchmark", "v1", 1)
         assert version.file_format == file_format
@@ -325,7 +329,7 @@ def test_pii_detection_disabled_accepts(make_settings, platform_key) -> None:
     from api.app import create_app
 
     app = create_app(make_settings(enable_pii_detection=False))
-    headers = {"Authorization": f"Bearer {platform_key()}"}
+    headers = {"Authorization": f"Bearer {platform_key(OWNER)}"}
     with TestClient(app) as client:
         data = csv_bytes(table(contact=[SECRET_EMAIL] * 60))
         assert upload(client, headers, data).status_code == 201
@@ -435,11 +439,11 @@ def test_upload_needs_a_platform_key_with_the_scope(client, db, platform_key) ->
     data = csv_bytes()
     assert upload(client, {}, data).status_code == 401
     assert upload(client, {"Authorization": "Bearer nope"}, data).status_code == 401
-    other_scope = {"Authorization": f"Bearer {platform_key(scopes=['schedules:write'])}"}
+    other_scope = {"Authorization": f"Bearer {platform_key(OWNER, scopes=['schedules:write'])}"}
     assert upload(client, other_scope, data).status_code == 403
     with db.session() as session:
         prediction = create_key(
-            session, KeyCreate(name="p", service_id="prediction"), user_id="alice"
+            session, KeyCreate(name="p", service_id="prediction"), user_id=OWNER
         ).api_key
     assert upload(client, {"Authorization": f"Bearer {prediction}"}, data).status_code == 403
     assert counts(db) == (0, 0, 0)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import get_db, get_settings, get_store, platform_key
+from api.deps import get_db, get_settings, get_store, model_owner_key
 from api.streaming_form import read_streaming_form
 from pipeline.config import Settings
 from pipeline.db import Database
@@ -105,7 +105,10 @@ def _error(description: str) -> dict[str, Any]:
     responses={
         400: _error("not CSV or Parquet, malformed form, or a bad form value"),
         401: _error("missing or invalid API key"),
-        403: _error("the key is not a platform key, lacks the scope, or the address"),
+        403: _error(
+            "the key is not a platform key, lacks the scope or the address, or does not act "
+            "for the model's owner"
+        ),
         404: _error("unknown model"),
         413: _error("the file exceeds 500 MB"),
         422: _error("fewer than 50 rows, a declared column missing or empty, or PII found"),
@@ -115,12 +118,15 @@ def _error(description: str) -> dict[str, Any]:
 async def upload_benchmark(
     model_id: int,
     request: Request,
-    principal: KeyPrincipal = Depends(platform_key(UPLOAD_SCOPE)),
+    principal: KeyPrincipal = Depends(model_owner_key(UPLOAD_SCOPE)),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
     settings: Settings = Depends(get_settings),
 ) -> BenchmarkUploadResult:
-    """Stream the file to a temp file while checking it, then store it as the next version."""
+    """Stream the file to a temp file while checking it, then store it as the next version.
+
+    Only the model's owner may (docs/ownership.md); that is checked before a byte is read.
+    """
     target = await run_in_threadpool(load_upload_target, db, model_id)
     intake = DatasetIntake(
         upload_tmp_root(settings),

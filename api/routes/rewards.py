@@ -55,6 +55,7 @@ class EvaluationOut(BaseModel):
     trigger: str
     datasetVersion: str | None  # noqa: N815
     benchmarkSpecId: str  # noqa: N815
+    benchmarkVersion: str  # noqa: N815 - the benchmark's dataset version, e.g. "v3"
     evalSplit: str  # noqa: N815
     metricName: str  # noqa: N815
     metricDirection: str  # noqa: N815

@@ -1,7 +1,9 @@
 """Evaluation schedules (spec §2.7, §4.4): one cron schedule per model; platform API key auth.
 
 POST creates (201), PUT updates (200; never creates: 404 when there is none), GET reads (200),
-DELETE removes (204). Bodies are the spec §2.7 resource.
+DELETE removes (204). Bodies are the spec §2.7 resource. POST, PUT and DELETE change when the
+model is measured, so only keys acting for the model's owner may (403 otherwise,
+docs/ownership.md); GET needs `schedules:read` only.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from api.deps import get_db, platform_key
+from api.deps import get_db, model_owner_key, platform_key
 from pipeline.db import Database
 from pipeline.errors import InvalidInput
 from pipeline.keys import KeyPrincipal
@@ -30,6 +32,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed body or parameters"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model, or no schedule"},
+}
+OWNER_ONLY: dict[int | str, dict[str, Any]] = {
+    403: {"description": "the key lacks the scope, or does not act for the model's owner"},
 }
 
 
@@ -74,6 +79,7 @@ PATH = "/{model_id}/evaluation-schedule"
     summary="Create the model's evaluation schedule",
     responses={
         **ERRORS,
+        **OWNER_ONLY,
         409: {"description": "a schedule exists, or the model has no benchmark spec"},
         422: {"description": "cron expression not valid"},
     },
@@ -81,7 +87,7 @@ PATH = "/{model_id}/evaluation-schedule"
 def post_schedule(
     model_id: ModelId,
     body: ScheduleCreate,
-    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    _: KeyPrincipal = Depends(model_owner_key("schedules:write")),
     db: Database = Depends(get_db),
 ) -> dict[str, object]:
     with db.session() as session:
@@ -93,12 +99,12 @@ def post_schedule(
     PATH,
     response_model=EvaluationScheduleOut,
     summary="Update or disable the model's evaluation schedule",
-    responses={**ERRORS, 422: {"description": "cron expression not valid"}},
+    responses={**ERRORS, **OWNER_ONLY, 422: {"description": "cron expression not valid"}},
 )
 def put_schedule(
     model_id: ModelId,
     body: ScheduleUpdate,
-    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    _: KeyPrincipal = Depends(model_owner_key("schedules:write")),
     db: Database = Depends(get_db),
 ) -> dict[str, object]:
     if body.cron_expression is None and body.enabled is None:
@@ -128,11 +134,11 @@ def read_schedule(
     status_code=204,
     response_class=Response,
     summary="Delete the model's evaluation schedule",
-    responses=ERRORS,
+    responses={**ERRORS, **OWNER_ONLY},
 )
 def remove_schedule(
     model_id: ModelId,
-    _: KeyPrincipal = Depends(platform_key("schedules:write")),
+    _: KeyPrincipal = Depends(model_owner_key("schedules:write")),
     db: Database = Depends(get_db),
 ) -> Response:
     with db.session() as session:
