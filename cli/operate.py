@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from cli.processes import SupervisedTree, serve_app, signals_noted
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
 
@@ -67,12 +67,14 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_api(settings: Settings, host: str, port: int) -> None:
-    import uvicorn
-
+def _serve_api(
+    settings: Settings, host: str, port: int, on_exit: Callable[[], None] | None = None
+) -> None:
     from api.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    serve_app(
+        create_app(settings), host, port, grace=settings.shutdown_grace_seconds, on_exit=on_exit
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -144,21 +146,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         "-w", str(REPO_ROOT / "workspace.yaml"),
         "-h", args.host, "-p", str(args.dagster_port),
     ]  # fmt: skip
-    # Its own session, so Ctrl-C reaches it once, from us, after the API has stopped.
-    dagster = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
+    # In its own process group under a watchdog: it stops when we stop, even after a SIGKILL.
+    grace = settings.shutdown_grace_seconds
+    dagster = SupervisedTree(command, env=env, cwd=REPO_ROOT, grace=grace)
     print(
         f"Dagster UI on http://{args.host}:{args.dagster_port} (DAGSTER_HOME={env['DAGSTER_HOME']})"
     )
     try:
-        _serve_api(settings, args.host, args.port)
+        # Dagster starts stopping as soon as the signal arrives, while requests drain.
+        _serve_api(settings, args.host, args.port, on_exit=dagster.stop)
     finally:
-        if dagster.poll() is None:
-            os.killpg(dagster.pid, signal.SIGINT)
-            try:
-                dagster.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(dagster.pid, signal.SIGKILL)
-                dagster.wait()
+        # A second signal while Dagster stops cuts its grace short.
+        with signals_noted(lambda _sig: dagster.kill()):
+            dagster.wait(timeout=grace + 5)
     return 0
 
 

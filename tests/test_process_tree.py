@@ -1,0 +1,231 @@
+"""Clean stops (issue 13): a signal to the parent only takes its whole process tree down.
+
+`marketplace dev` runs Dagster (webserver, daemon, code servers) under a watchdog; SIGTERM drains
+in-flight requests and stops Dagster within SHUTDOWN_GRACE_SECONDS, and after a SIGKILL of the
+parent the watchdog notices (end-of-file on its pipe) and stops the rest. Every process is
+recorded from /proc before the signal, so a process that escaped the tree still counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from pipeline.config import Settings
+from pipeline.demo.churn_data import churn_rows
+from pipeline.sessions import issue_token
+from tests.test_dev_command import free_port, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+JWT_SECRET = "tree-test-secret-tree-test-secret-0123"
+GRACE = 10
+# Slack over the grace for process exit and our polling.
+MARGIN = 5
+
+
+def process_state(pid: int) -> str | None:
+    """The /proc state letter of a process, None when it no longer exists."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    state = process_state(pid)
+    return state is not None and state not in {"Z", "X"}  # a zombie has already exited
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every process below `root` (pid -> command line), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: dict[int, str] = {}
+    stack = [root]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            try:
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            stack.append(pid)
+    return found
+
+
+def wait_all_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [pid for pid in pids if alive(pid)]
+
+
+def server_env(tmp_path: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "MARKETPLACE_DATA_DIR": str(tmp_path / "data"),
+        "JWT_SECRET": JWT_SECRET,
+        "SHUTDOWN_GRACE_SECONDS": str(GRACE),
+    }
+    for name in ("DATABASE_URL", "DAGSTER_HOME", "SERVICE_DATASET_BUCKET", "DAGSTER_PG_URL"):
+        env.pop(name, None)
+    return env
+
+
+class Started:
+    """Processes a test starts, and the pids of their trees it recorded."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.recorded: set[int] = set()
+
+    def record(self, proc: subprocess.Popen[bytes]) -> dict[int, str]:
+        tree = descendants(proc.pid)
+        self.recorded.update(tree)
+        return tree
+
+
+@pytest.fixture
+def started() -> Iterator[Started]:
+    """Whatever is left of the started trees is killed afterwards, so a failure leaks nothing."""
+    record = Started()
+    yield record
+    for proc in record.procs:
+        record.recorded.update(descendants(proc.pid))
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in record.recorded:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+class SlowContribution(threading.Thread):
+    """A contribution whose body trickles in over `seconds`: in flight when the signal comes."""
+
+    def __init__(self, url: str, seconds: float = 3.0) -> None:
+        super().__init__(daemon=True)
+        token = issue_token(Settings(jwt_secret=SecretStr(JWT_SECRET)), "in-flight")
+        self.url = url
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        body = json.dumps({"modelId": 1, "benchmarkSpecId": None, "rows": churn_rows(200)})
+        self.payload = body.encode()
+        self.seconds = seconds
+        self.first_chunk_sent = threading.Event()
+        self.response: httpx.Response | None = None
+        self.error: BaseException | None = None
+
+    def chunks(self) -> Iterator[bytes]:
+        pieces = 10
+        size = len(self.payload) // pieces + 1
+        for i in range(pieces):
+            yield self.payload[i * size : (i + 1) * size]
+            self.first_chunk_sent.set()
+            time.sleep(self.seconds / pieces)
+
+    def run(self) -> None:
+        try:
+            self.response = httpx.post(
+                f"{self.url}/api/models/1/contributions",
+                content=self.chunks(),
+                headers=self.headers,
+                timeout=30,
+            )
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def start(command: list[str], tmp_path: Path, started: Started) -> subprocess.Popen[bytes]:
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *command],
+        cwd=REPO,
+        env=server_env(tmp_path),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    started.procs.append(proc)
+    return proc
+
+
+def send_during_request(proc: subprocess.Popen[bytes], url: str, sig: int) -> SlowContribution:
+    request = SlowContribution(url)
+    request.start()
+    assert request.first_chunk_sent.wait(10)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    return request
+
+
+def assert_request_completed(request: SlowContribution) -> None:
+    request.join(30)
+    assert request.error is None, request.error
+    assert request.response is not None
+    assert request.response.status_code == 202, request.response.text
+
+
+def log_of(tmp_path: Path) -> str:
+    return (tmp_path / "server.log").read_text(errors="replace")[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("dagster-processes")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_signal_to_dev_parent_stops_whole_tree(tmp_path: Path, started: Started, sig: int) -> None:
+    api_port, dagster_port = free_port(), free_port()
+    proc = start(
+        ["dev", "--port", str(api_port), "--dagster-port", str(dagster_port)], tmp_path, started
+    )
+    api = f"http://127.0.0.1:{api_port}"
+    wait_for(f"{api}/healthz", proc, 60)
+    wait_for(f"http://127.0.0.1:{dagster_port}/server_info", proc, 120)
+    tree = started.record(proc)
+    commands = " ".join(tree.values())
+    # The grandchildren that used to be orphaned are part of what is checked.
+    for part in ("dagster dev", "dagster_webserver", "dagster._daemon", "code-server"):
+        assert part in commands, f"{part!r} not running: {tree}"
+
+    request = send_during_request(proc, api, sig) if sig == signal.SIGTERM else None
+    if sig == signal.SIGKILL:
+        proc.send_signal(sig)
+    returncode = proc.wait(timeout=GRACE + MARGIN)
+    left = wait_all_gone(list(tree), GRACE + MARGIN)
+    assert not left, f"still running: {[tree[pid][:80] for pid in left]}\n{log_of(tmp_path)}"
+    if request is not None:
+        assert_request_completed(request)
+        assert returncode == 0, log_of(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("dagster-processes")
+def test_sigterm_to_serve_finishes_in_flight_request_then_exits(
+    tmp_path: Path, started: Started
+) -> None:
+    port = free_port()
+    proc = start(["serve", "--port", str(port)], tmp_path, started)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/healthz", proc, 60)
+
+    request = send_during_request(proc, url, signal.SIGTERM)
+    assert proc.wait(timeout=GRACE + MARGIN) == 0, log_of(tmp_path)
+    assert_request_completed(request)
