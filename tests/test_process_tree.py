@@ -9,10 +9,8 @@ recorded from /proc before the signal, so a process that escaped the tree still 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,99 +23,24 @@ from pydantic import SecretStr
 from pipeline.config import Settings
 from pipeline.demo.churn_data import churn_rows
 from pipeline.sessions import issue_token
-from tests.test_dev_command import free_port, wait_for
-
-REPO = Path(__file__).resolve().parent.parent
-JWT_SECRET = "tree-test-secret-tree-test-secret-0123"
-GRACE = 10
-# Slack over the grace for process exit and our polling.
-MARGIN = 5
-
-
-def process_state(pid: int) -> str | None:
-    """The /proc state letter of a process, None when it no longer exists."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    state = process_state(pid)
-    return state is not None and state not in {"Z", "X"}  # a zombie has already exited
-
-
-def descendants(root: int) -> dict[int, str]:
-    """Every process below `root` (pid -> command line), read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found: dict[int, str] = {}
-    stack = [root]
-    while stack:
-        for pid in children.get(stack.pop(), []):
-            try:
-                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            stack.append(pid)
-    return found
-
-
-def wait_all_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if alive(pid)]
-        if not left:
-            return []
-        time.sleep(0.2)
-    return [pid for pid in pids if alive(pid)]
-
-
-def server_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "MARKETPLACE_DATA_DIR": str(tmp_path / "data"),
-        "JWT_SECRET": JWT_SECRET,
-        "SHUTDOWN_GRACE_SECONDS": str(GRACE),
-    }
-    for name in ("DATABASE_URL", "DAGSTER_HOME", "SERVICE_DATASET_BUCKET", "DAGSTER_PG_URL"):
-        env.pop(name, None)
-    return env
-
-
-class Started:
-    """Processes a test starts, and the pids of their trees it recorded."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.recorded: set[int] = set()
-
-    def record(self, proc: subprocess.Popen[bytes]) -> dict[int, str]:
-        tree = descendants(proc.pid)
-        self.recorded.update(tree)
-        return tree
+from tests.process_support import (
+    GRACE,
+    JWT_SECRET,
+    MARGIN,
+    Started,
+    free_port,
+    log_of,
+    start,
+    start_serve,
+    started_processes,
+    wait_all_gone,
+    wait_for,
+)
 
 
 @pytest.fixture
 def started() -> Iterator[Started]:
-    """Whatever is left of the started trees is killed afterwards, so a failure leaks nothing."""
-    record = Started()
-    yield record
-    for proc in record.procs:
-        record.recorded.update(descendants(proc.pid))
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    for pid in record.recorded:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    yield from started_processes()
 
 
 class SlowContribution(threading.Thread):
@@ -155,19 +78,6 @@ class SlowContribution(threading.Thread):
             self.error = exc
 
 
-def start(command: list[str], tmp_path: Path, started: Started) -> subprocess.Popen[bytes]:
-    log = (tmp_path / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *command],
-        cwd=REPO,
-        env=server_env(tmp_path),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    started.procs.append(proc)
-    return proc
-
-
 def send_during_request(proc: subprocess.Popen[bytes], url: str, sig: int) -> SlowContribution:
     request = SlowContribution(url)
     request.start()
@@ -182,10 +92,6 @@ def assert_request_completed(request: SlowContribution) -> None:
     assert request.error is None, request.error
     assert request.response is not None
     assert request.response.status_code == 202, request.response.text
-
-
-def log_of(tmp_path: Path) -> str:
-    return (tmp_path / "server.log").read_text(errors="replace")[-3000:]
 
 
 @pytest.mark.slow
@@ -221,10 +127,7 @@ def test_signal_to_dev_parent_stops_whole_tree(tmp_path: Path, started: Started,
 def test_sigterm_to_serve_finishes_in_flight_request_then_exits(
     tmp_path: Path, started: Started
 ) -> None:
-    port = free_port()
-    proc = start(["serve", "--port", str(port)], tmp_path, started)
-    url = f"http://127.0.0.1:{port}"
-    wait_for(f"{url}/healthz", proc, 60)
+    proc, url = start_serve(tmp_path, started)
 
     request = send_during_request(proc, url, signal.SIGTERM)
     assert proc.wait(timeout=GRACE + MARGIN) == 0, log_of(tmp_path)
