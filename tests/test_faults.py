@@ -9,24 +9,28 @@ import io
 import math
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
 
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.intake import DatasetIntake, upload_tmp_root
+from pipeline.keys import KeyCreate, create_key
 from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX
-from pipeline.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion, Model
+from pipeline.tables import ArrivalEvent, BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.tempfiles import locked_temp_dir, locked_temp_file, sweep
 from tests.process_support import ADMIN_TOKEN, Started, log_of, start_serve, started_processes
 
@@ -225,3 +229,137 @@ def test_app_start_removes_abandoned_upload_dirs_and_object_temp_files(
     assert not half_object.exists()
     assert in_use.exists()  # a live writer's (here: ours) is left alone
     os.close(in_use_fd)
+
+
+# --- PostgreSQL unreachable for a moment ----------------------------------------------------------
+
+
+class TcpProxy:
+    """A loopback TCP proxy to `upstream` that the test can cut (connections reset, new ones
+    refused) and restore on the same port."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self.listener: socket.socket | None = None
+        self.connections: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Refuse new connections and reset every open one, as a network outage would."""
+        if self.listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone would not.
+            with contextlib.suppress(OSError):
+                self.listener.shutdown(socket.SHUT_RDWR)
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):
+                    # An RST instead of a polite FIN: SO_LINGER with a zero timeout.
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    conn.close()
+            self.connections.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self.lock:
+                self.connections += [client, server]
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+
+def contribution(rows: int = 5) -> dict[str, Any]:
+    return {"modelId": 1, "benchmarkSpecId": None, "rows": churn_rows(rows)}
+
+
+def stored_objects(settings: Settings) -> list[Path]:
+    root = settings.objects_dir
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_postgres_unreachable_gives_503_with_retry_after_and_recovers(
+    database_url: str,
+    make_settings: Callable[..., Settings],
+    auth_headers: Callable[..., dict[str, str]],
+    db: Database,
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    url = make_url(database_url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
+    settings = make_settings(database_url=url.set(port=proxy.port).render_as_string(False))
+    app = create_app(settings)
+    with db.session() as session:
+        key = create_key(
+            session, KeyCreate(name="k", service_id="platform"), user_id="alice"
+        ).api_key
+    headers = auth_headers()
+    contributions = "/api/models/1/contributions"
+    try:
+        with TestClient(app) as client:
+            assert (
+                client.post(contributions, json=contribution(), headers=headers).status_code == 202
+            )
+            objects_before = stored_objects(settings)
+
+            proxy.cut()
+            for method, path, extra in (
+                ("POST", contributions, {"json": contribution()}),
+                ("GET", "/api/models/1/data-spec", {}),
+                ("GET", "/api/v1/whoami", {"headers": {"Authorization": f"Bearer {key}"}}),
+            ):
+                response = client.request(method, path, **{"headers": headers, **extra})
+                assert response.status_code == 503, (path, response.text)
+                assert response.json() == {"detail": "the database is unavailable; retry shortly"}
+                assert int(response.headers["Retry-After"]) > 0
+            assert stored_objects(settings) == objects_before  # nothing half-written
+
+            proxy.restore()
+            # Recovers by itself: the pool drops the dead connections on its next checkout.
+            again = client.post(contributions, json=contribution(), headers=headers)
+            assert again.status_code == 202, again.text
+            who = client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {key}"})
+            assert who.status_code == 200
+    finally:
+        proxy.cut()
+        app.state.db.dispose()
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Contribution)) == 2
+        assert session.scalar(select(func.count()).select_from(DatasetVersion)) == 2
+    assert len(stored_objects(settings)) == 2
