@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import logging
 import math
 import os
 import signal
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -27,11 +29,14 @@ from sqlalchemy import func, make_url, select
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
+from pipeline.errors import RateLimited
 from pipeline.intake import DatasetIntake, upload_tmp_root
 from pipeline.keys import KeyCreate, create_key
 from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX
+from pipeline.ratelimit import REDIS_KEY_PREFIX, KeyRateLimiter, storage_for
 from pipeline.tables import ArrivalEvent, BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.tempfiles import locked_temp_dir, locked_temp_file, sweep
+from tests.conftest import TEST_ADMIN_TOKEN
 from tests.process_support import ADMIN_TOKEN, Started, log_of, start_serve, started_processes
 
 MB = 1024 * 1024
@@ -363,3 +368,77 @@ def test_postgres_unreachable_gives_503_with_retry_after_and_recovers(
         assert session.scalar(select(func.count()).select_from(Contribution)) == 2
         assert session.scalar(select(func.count()).select_from(DatasetVersion)) == 2
     assert len(stored_objects(settings)) == 2
+
+
+# --- Redis unreachable: the limits still hold, per process ---------------------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_redis_unreachable_limits_still_hold_in_memory(caplog: pytest.LogCaptureFixture) -> None:
+    limiter = KeyRateLimiter(storage_for(f"redis://127.0.0.1:{closed_port()}/0"))
+    key_id = str(uuid.uuid4())
+    with caplog.at_level(logging.WARNING, logger="pipeline.ratelimit"):
+        for _ in range(10):
+            limiter.hit(key_id, 10)
+        with pytest.raises(RateLimited) as refused:
+            limiter.hit(key_id, 10)
+    assert 3590 <= (refused.value.retry_after or 0) <= 3600
+    assert limiter.degraded
+    warnings = [r for r in caplog.records if r.name == "pipeline.ratelimit"]
+    assert len(warnings) == 1
+    assert "memory" in warnings[0].getMessage()
+
+
+def test_redis_back_after_an_outage_is_used_again(redis_url: str) -> None:
+    import redis
+
+    target = urlsplit(redis_url)
+    proxy = TcpProxy((target.hostname or "127.0.0.1", target.port or 6379))
+    try:
+        limiter = KeyRateLimiter(
+            storage_for(f"redis://127.0.0.1:{proxy.port}/0"), retry_seconds=0.3
+        )
+        key_id = str(uuid.uuid4())
+        proxy.cut()
+        limiter.hit(key_id, 10)
+        assert limiter.degraded
+        proxy.restore()
+        time.sleep(0.4)
+        limiter.hit(key_id, 10)
+        assert not limiter.degraded
+        server = redis.Redis.from_url(redis_url)
+        names = list(server.scan_iter(f"{REDIS_KEY_PREFIX}:*{key_id}*"))
+        assert names, "the hit after the outage is not in Redis"
+        server.delete(*names)
+    finally:
+        proxy.cut()
+
+
+def test_api_with_redis_unreachable_answers_429_past_the_limit(
+    make_settings: Callable[..., Settings],
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    app = create_app(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/0"))
+    admin = {"Authorization": f"Bearer {TEST_ADMIN_TOKEN}"}
+    try:
+        with TestClient(app) as client:
+            created = client.post(
+                "/api/v1/keys",
+                json={"name": "limited", "service_id": "platform", "rate_limit_per_hour": 10},
+                headers=admin,
+            ).json()
+            key = {"Authorization": f"Bearer {created['api_key']}"}
+            answers = [client.get("/api/v1/whoami", headers=key) for _ in range(12)]
+    finally:
+        app.state.db.dispose()
+    assert [r.status_code for r in answers] == [200] * 10 + [429] * 2
+    assert int(answers[-1].headers["Retry-After"]) > 0
