@@ -20,21 +20,31 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
 from sqlalchemy import func, make_url, select
 
+from pipeline.arrivals import DrainReport, handle_message
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.errors import RateLimited
 from pipeline.intake import DatasetIntake, upload_tmp_root
 from pipeline.keys import KeyCreate, create_key
-from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX
+from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX, dataset_key, object_store_from_settings
+from pipeline.queue import SqsArrivalQueue
 from pipeline.ratelimit import REDIS_KEY_PREFIX, KeyRateLimiter, storage_for
-from pipeline.tables import ArrivalEvent, BenchmarkSpec, Contribution, DatasetVersion, Model
+from pipeline.tables import (
+    ArrivalEvent,
+    BenchmarkSpec,
+    Contribution,
+    DatasetArrival,
+    DatasetVersion,
+    Model,
+    utcnow,
+)
 from pipeline.tempfiles import locked_temp_dir, locked_temp_file, sweep
 from tests.conftest import TEST_ADMIN_TOKEN
 from tests.process_support import ADMIN_TOKEN, Started, log_of, start_serve, started_processes
@@ -442,3 +452,84 @@ def test_api_with_redis_unreachable_answers_429_past_the_limit(
         app.state.db.dispose()
     assert [r.status_code for r in answers] == [200] * 10 + [429] * 2
     assert int(answers[-1].headers["Retry-After"]) > 0
+
+
+# --- the same SQS message delivered more than once, at the same time -----------------------------
+
+
+def queue_depth(sqs: Any, queue_url: str) -> int:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
+
+
+def notification_for(sqs: Any, queue_url: str, key: str) -> dict[str, Any]:
+    """The bucket's notification for `key` as received (other messages are deleted)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for message in sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+        ).get("Messages", []):
+            if quote(key, safe="") in message["Body"]:  # moto URL-encodes keys, as S3 does
+                return dict(message)
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    raise AssertionError(f"no notification for {key}")
+
+
+def test_same_sqs_message_delivered_four_times_at_once_records_one_arrival(
+    s3_settings: Settings, s3_resources: dict[str, str], db: Database
+) -> None:
+    import boto3
+
+    endpoint, bucket, queue_url = (s3_resources[k] for k in ("endpoint", "bucket", "queue_url"))
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1")
+    key = dataset_key(1, "v1", "data.csv")
+    header, block = csv_block(100)
+    s3.put_object(Bucket=bucket, Key=key, Body=header + block)
+    first = notification_for(sqs, queue_url, key)
+    # At-least-once delivery: the visibility timeout lapses (the same message comes back) and
+    # copies of it are in the queue too.
+    sqs.change_message_visibility(
+        QueueUrl=queue_url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0
+    )
+    for _ in range(3):
+        sqs.send_message(QueueUrl=queue_url, MessageBody=first["Body"])
+
+    queue = SqsArrivalQueue(queue_url, sqs, wait_seconds=1)
+    deliveries = []
+    while len(deliveries) < 4:
+        received = queue.receive(1)
+        assert received, "a delivery went missing"
+        deliveries += received
+    store = object_store_from_settings(s3_settings)
+    reports = [DrainReport() for _ in deliveries]
+    together = threading.Barrier(len(deliveries))
+
+    def consume(index: int) -> None:
+        together.wait()
+        handle_message(
+            queue,
+            deliveries[index],
+            db,
+            store,
+            reports[index],
+            now=utcnow(),
+            expected_bucket=bucket,
+        )
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(deliveries))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    with db.session() as session:
+        rows = session.scalars(select(DatasetArrival).where(DatasetArrival.object_key == key))
+        assert len(list(rows)) == 1
+        assert session.scalar(select(func.count()).select_from(DatasetVersion)) == 1
+    assert sum(len(r.recorded) for r in reports) == 1
+    assert sum(r.duplicates for r in reports) == 3
+    assert queue_depth(sqs, queue_url) == 0  # every delivery was settled, none left to retry
