@@ -152,7 +152,6 @@ class SupervisedTree:
     ) -> None:
         read_fd, self._write_fd = os.pipe()
         self._closed = False
-        self.grace = grace
         # The command gets what is left of the grace once its stragglers have had theirs.
         command_grace = max(1.0, grace - STRAGGLER_SECONDS)
         watchdog = [sys.executable, "-m", "cli.processes", "--pipe-fd", str(read_fd)]
@@ -161,10 +160,6 @@ class SupervisedTree:
             self.watchdog = subprocess.Popen(watchdog, env=env, cwd=cwd, pass_fds=[read_fd])
         finally:
             os.close(read_fd)
-
-    @property
-    def pid(self) -> int:
-        return self.watchdog.pid
 
     def _send(self, word: bytes) -> None:
         # This also runs in signal handlers: no locks, nothing that can block for long.
