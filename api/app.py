@@ -21,6 +21,7 @@ from api.routes import (
     schedules,
     web,
 )
+from pipeline.bootstrap import remove_abandoned_temp_files
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
 from pipeline.keys import KeyVerifier
@@ -45,6 +46,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    # An API process killed mid-upload leaves its temp files; nobody else would remove them.
+    remove_abandoned_temp_files(settings)
     app.state.db = Database.from_settings(settings)
     app.state.store = object_store_from_settings(settings)
     app.state.key_verifier = KeyVerifier(app.state.db, KeyRateLimiter.from_settings(settings))

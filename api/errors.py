@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.errors import (
@@ -35,6 +38,37 @@ STATUS: dict[type[DomainError], int] = {
     Unprocessable: 422,
     RateLimited: 429,
 }
+
+
+# Connection-level database failures (server down or restarting, network cut, pool exhausted,
+# SQLite busy past its timeout): transient, so 503 with Retry-After rather than 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    DisconnectionError,
+    PoolTimeout,
+)
+DATABASE_RETRY_AFTER_SECONDS = 5
+DATABASE_WARNING_INTERVAL_SECONDS = 10.0
+
+
+class _Throttled:
+    """Logs a warning at most once per interval, counting the ones it held back."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last = -interval
+        self.held_back = 0
+
+    def warn(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            self.held_back += 1
+            return
+        self.last = now
+        more = f" (and {self.held_back} more since the last warning)" if self.held_back else ""
+        self.held_back = 0
+        log.warning(message + more, *args)
 
 
 def status_for(exc: DomainError) -> int:
@@ -94,6 +128,26 @@ class ContributionBodyInvalid(Exception):
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    database_warning = _Throttled(DATABASE_WARNING_INTERVAL_SECONDS)
+
+    async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # The DBAPI error's class only: SQLAlchemy's message carries the statement and values.
+        cause = getattr(exc, "orig", None) or exc
+        database_warning.warn(
+            "database unavailable on %s %s: %s",
+            request.method,
+            request.url.path,
+            type(cause).__name__,
+        )
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
+
+    for error_class in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error_class, _database_unavailable)
+
     @app.exception_handler(RowValidationFailed)
     async def _rows(_: Request, exc: RowValidationFailed) -> JSONResponse:
         return JSONResponse(row_failure_body(exc.detail, exc.errors), status_code=400)

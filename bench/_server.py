@@ -35,7 +35,8 @@ def free_port() -> int:
 
 @contextmanager
 def embedded_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
-    """`marketplace serve` on a fresh temp data dir (SQLite + local folder)."""
+    """`marketplace serve` on a fresh temp data dir (SQLite + local folder unless `extra_env`
+    says otherwise)."""
     with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:
         port = free_port()
         env = {
@@ -43,10 +44,11 @@ def embedded_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]
             "MARKETPLACE_DATA_DIR": tmp,
             "JWT_SECRET": JWT_SECRET,
             "ADMIN_TOKEN": ADMIN_TOKEN,
-            **(extra_env or {}),
         }
         for name in ("DATABASE_URL", "SERVICE_DATASET_BUCKET", "DATASET_ARRIVAL_SQS_QUEUE_URL"):
             env.pop(name, None)
+        # What the caller sets wins, DATABASE_URL included (a benchmark on PostgreSQL).
+        env.update(extra_env or {})
         log = open(Path(tmp) / "server.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "serve", "--port", str(port)],

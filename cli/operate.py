@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
+from cli.processes import SupervisedTree, serve_app, signals_noted
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
 from pipeline.tables import Model
@@ -125,18 +125,23 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_api(settings: Settings, host: str, port: int, quiet: bool = False) -> None:
-    import uvicorn
-
+def _serve_api(
+    settings: Settings,
+    host: str,
+    port: int,
+    *,
+    quiet: bool = False,
+    on_exit: Callable[[], None] | None = None,
+) -> None:
     from api.app import create_app
 
-    # Quiet (dev): no request log and no start-up lines, the banner says where the API is.
-    uvicorn.run(
+    serve_app(
         create_app(settings),
-        host=host,
-        port=port,
-        log_level="warning" if quiet else "info",
-        access_log=not quiet,
+        host,
+        port,
+        grace=settings.shutdown_grace_seconds,
+        on_exit=on_exit,
+        quiet=quiet,
     )
 
 
@@ -229,9 +234,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         # The banner gives the URLs; Dagster's own INFO lines repeat every sensor tick.
         "--log-level", "warning",
     ]  # fmt: skip
-    # Its own session, so Ctrl-C reaches it once, from us, after the API has stopped. Started
-    # in DAGSTER_HOME: from the repository it warns that the dagster.yaml there is not used.
-    dagster = subprocess.Popen(command, env=env, cwd=env["DAGSTER_HOME"], start_new_session=True)
+    # In its own process group under a watchdog: it stops when we stop, even after a SIGKILL.
+    # Started in DAGSTER_HOME: from the repository it warns that the dagster.yaml there is
+    # not used.
+    grace = settings.shutdown_grace_seconds
+    dagster = SupervisedTree(command, env=env, cwd=Path(env["DAGSTER_HOME"]), grace=grace)
     ready_host = "127.0.0.1" if args.host in {"0.0.0.0", "::"} else args.host
     announce_when_ready(
         [
@@ -241,15 +248,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         dev_banner(settings, host=args.host, port=args.port, dagster_port=args.dagster_port),
     )
     try:
-        _serve_api(settings, args.host, args.port, quiet=True)
+        # Dagster starts stopping as soon as the signal arrives, while requests drain.
+        _serve_api(settings, args.host, args.port, quiet=True, on_exit=dagster.stop)
     finally:
-        if dagster.poll() is None:
-            os.killpg(dagster.pid, signal.SIGINT)
-            try:
-                dagster.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(dagster.pid, signal.SIGKILL)
-                dagster.wait()
+        # A second signal while Dagster stops cuts its grace short.
+        with signals_noted(lambda _sig: dagster.kill()):
+            dagster.wait(timeout=grace + 5)
     return 0
 
 

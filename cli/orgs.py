@@ -1,4 +1,4 @@
-"""Organization subcommands: orgs create, orgs add-member, orgs list."""
+"""Organization subcommands: orgs create, orgs add-member, orgs remove-member, orgs list."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import argparse
 
 from pipeline.config import get_settings
 from pipeline.db import Database
-from pipeline.orgs import Role, create_org, find_org, list_members, list_orgs, set_member
+from pipeline.orgs import (
+    Role,
+    create_org,
+    find_org,
+    list_members,
+    list_orgs,
+    remove_member,
+    set_member,
+)
 
 
 def _database() -> Database:
@@ -44,6 +52,19 @@ def cmd_add_member(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remove_member(args: argparse.Namespace) -> int:
+    db = _database()
+    try:
+        with db.session() as session:
+            org = find_org(session, args.org)
+            revoked = remove_member(session, org, args.user)
+            org_id = org.id
+    finally:
+        db.dispose()
+    print(f"{args.user} removed from organization {org_id}; {revoked} of their keys revoked")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     db = _database()
     try:
@@ -72,6 +93,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("user", help="user id")
     add.add_argument("role", help=", ".join(role.value for role in Role))
     add.set_defaults(handler=cmd_add_member)
+
+    remove = orgs_sub.add_parser(
+        "remove-member", help="remove a member and revoke the org keys they created"
+    )
+    remove.add_argument("org", help="organization id or name")
+    remove.add_argument("user", help="user id")
+    remove.set_defaults(handler=cmd_remove_member)
 
     listing = orgs_sub.add_parser("list", help="list organizations")
     listing.add_argument("--members", action="store_true", help="also list members and roles")

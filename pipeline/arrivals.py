@@ -255,6 +255,7 @@ def record_arrival(
             if known is not None:
                 return known
             version = _version_row(session, parsed)
+            claimed = 0
             if version is None:
                 # Claiming the number (raising last_version to it) succeeds only when the API
                 # has not allocated it: then the object cannot be an in-flight upload.
@@ -263,6 +264,14 @@ def record_arrival(
                     .where(Model.id == parsed.model_id, Model.last_version < parsed.version_number)
                     .values(last_version=parsed.version_number)
                 ).rowcount
+                if not claimed:
+                    # The update waited for any concurrent claim, so look again: another
+                    # delivery of this same message may just have recorded it.
+                    known = _known(session, parsed, key)
+                    if known is not None:
+                        return known
+                    version = _version_row(session, parsed)
+            if version is None:
                 if not claimed and age < grace_seconds:
                     wait = int(grace_seconds - age) + 1
                     return ArrivalOutcome(
@@ -295,7 +304,11 @@ def record_arrival(
                 )
             return _arrival_row(session, parsed, key, version, source, now)
     except IntegrityError:
-        # A concurrent writer (the API's commit, another tick) got there first; look again soon.
+        # A concurrent writer got there first: another delivery of this message (then this one
+        # is a duplicate), or the API's commit (then look again soon).
+        with db.session() as session:
+            if session.scalar(select(DatasetArrival.id).where(DatasetArrival.object_key == key)):
+                return ArrivalOutcome(Outcome.DUPLICATE, key, "recorded by a concurrent delivery")
         return ArrivalOutcome(Outcome.DEFERRED, key, "concurrent write", retry_after=5)
 
 

@@ -1,4 +1,5 @@
-"""Bring a store up to date on start: data dir, migrations, and the demo model on a fresh store."""
+"""Bring a store up to date on start: data dir, migrations, the demo model on a fresh store, and
+no temp files left by a process that died."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import logging
 
 from pipeline.config import Settings
 from pipeline.db import Database
+from pipeline.intake import UPLOAD_DIR_PREFIX, upload_tmp_root
 from pipeline.migrate import upgrade
+from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX
 from pipeline.registry import seed_demo_model
+from pipeline.tempfiles import sweep
 
 log = logging.getLogger(__name__)
 
@@ -22,3 +26,11 @@ def prepare_store(settings: Settings) -> None:
             log.info("registered demo model %s as id %s", model.name, model.id)
     finally:
         db.dispose()
+
+
+def remove_abandoned_temp_files(settings: Settings) -> int:
+    """Upload temp folders and half-written local objects left by a process that died."""
+    removed = sweep(upload_tmp_root(settings), f"{UPLOAD_DIR_PREFIX}*")
+    if not settings.uses_s3:
+        removed += sweep(settings.objects_dir, f"{TEMP_PREFIX}*{TEMP_SUFFIX}", recursive=True)
+    return removed

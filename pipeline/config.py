@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     dagster_pg_url: str | None = None
+    shutdown_grace_seconds: int = Field(default=20, ge=1)
 
     # Request limits.
     contribution_max_body_bytes: int = Field(default=50 * MB, ge=1024)

@@ -19,7 +19,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import threading
 import unicodedata
 from collections.abc import Iterable
@@ -40,6 +39,7 @@ from pipeline.bounded_read import (
 )
 from pipeline.config import Settings
 from pipeline.errors import DomainError, InvalidInput, PayloadTooLarge, Unprocessable
+from pipeline.tempfiles import locked_temp_dir
 
 FileFormat = Literal["csv", "parquet"]
 CSV: FileFormat = "csv"
@@ -460,8 +460,9 @@ class DatasetIntake:
         self._thread: threading.Thread | None = None
         self._progress = _Progress()
         self._hash = hashlib.sha256()
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="upload-", dir=tmp_root))
+        # Locked while this intake lives, so a restart removes it only if its process died.
+        self.dir, lock = locked_temp_dir(tmp_root, UPLOAD_DIR_PREFIX)
+        self._dir_lock: int | None = lock
         self.path = self.dir / "upload.part"
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
 
@@ -517,6 +518,9 @@ class DatasetIntake:
             self._thread.join()
         self._close_writer()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._dir_lock is not None:
+            os.close(self._dir_lock)
+            self._dir_lock = None
 
     def _head_complete(self) -> bool:
         if len(self._head) >= MAX_HEAD_BYTES:
@@ -563,6 +567,9 @@ class DatasetIntake:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+UPLOAD_DIR_PREFIX = "upload-"
 
 
 def upload_tmp_root(settings: Settings) -> Path:

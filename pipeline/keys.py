@@ -16,7 +16,6 @@ import secrets
 import threading
 import time
 import unicodedata
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -29,8 +28,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.db import Database
 from pipeline.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
+from pipeline.orgs import key_holder_role
 from pipeline.ratelimit import KeyRateLimiter
-from pipeline.tables import ApiKey, KeyUsage, isoformat_utc, utcnow
+from pipeline.tables import ApiKey, KeyUsage, OrgMember, canonical_uuid, isoformat_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -187,19 +187,9 @@ def create_key(
     return IssuedKey(value, row)
 
 
-def canonical_key_id(key_id: str) -> str | None:
-    """A key_id as stored (canonical UUID text), or None when it is not a UUID."""
-    if len(key_id) > 45:
-        return None
-    try:
-        return str(uuid.UUID(key_id))
-    except ValueError:
-        return None
-
-
 def get_owned_key(session: Session, key_id: str, user_id: str) -> ApiKey:
     """A user's own key; any other key, an organization's key, or a malformed id, is NotFound."""
-    canonical = canonical_key_id(key_id)
+    canonical = canonical_uuid(key_id)
     key = session.get(ApiKey, canonical) if canonical else None
     if key is None or key.user_id != user_id or key.org_id is not None:
         raise NotFound("API key not found")
@@ -208,7 +198,7 @@ def get_owned_key(session: Session, key_id: str, user_id: str) -> ApiKey:
 
 def get_org_key(session: Session, key_id: str, org_id: str) -> ApiKey:
     """A key of this organization; a key of another org, or a malformed id, is NotFound."""
-    canonical = canonical_key_id(key_id)
+    canonical = canonical_uuid(key_id)
     key = session.get(ApiKey, canonical) if canonical else None
     if key is None or key.org_id != org_id:
         raise NotFound("API key not found")
@@ -330,19 +320,41 @@ class KeyNotPermitted(Forbidden):
         self.reason = reason
 
 
-_LOOKUP_BY_HASH = select(
-    ApiKey.id,
-    ApiKey.key_hash,
-    ApiKey.user_id,
-    ApiKey.org_id,
-    ApiKey.service_id,
-    ApiKey.scopes,
-    ApiKey.is_active,
-    ApiKey.expires_at,
-    ApiKey.allowed_ips,
-    ApiKey.rate_limit_per_hour,
-    ApiKey.monthly_prediction_limit,
-).where(ApiKey.key_hash == bindparam("digest"))
+# The creator's current role in the key's organization rides along (NULL for a personal key or
+# a creator who is no longer a member): membership changes apply on the next request.
+_LOOKUP_BY_HASH = (
+    select(
+        ApiKey.id,
+        ApiKey.key_hash,
+        ApiKey.user_id,
+        ApiKey.org_id,
+        ApiKey.service_id,
+        ApiKey.scopes,
+        ApiKey.is_active,
+        ApiKey.expires_at,
+        ApiKey.allowed_ips,
+        ApiKey.rate_limit_per_hour,
+        ApiKey.monthly_prediction_limit,
+        OrgMember.role.label("member_role"),
+    )
+    .outerjoin(
+        OrgMember,
+        (OrgMember.org_id == ApiKey.org_id) & (OrgMember.user_id == ApiKey.user_id),
+    )
+    .where(ApiKey.key_hash == bindparam("digest"))
+)
+
+
+def check_org_key_holder(role: str | None) -> None:
+    """An organization key's creator must still be a member whose role may create keys."""
+    if role is None:
+        # Removing a member revokes their keys; this covers a membership row deleted otherwise.
+        raise KeyRefused("invalid API key", "invalid")
+    if not key_holder_role(role):
+        raise KeyNotPermitted(
+            f"the key's creator is now {role} in its organization and may not use its keys",
+            "member_role",
+        )
 
 
 def authenticate_key(
@@ -355,7 +367,8 @@ def authenticate_key(
 ) -> KeyPrincipal:
     """Verify a presented key: known, active, unexpired, allowed from this address and scope.
 
-    Unknown, revoked and rotated-out keys are refused alike (reason `invalid`). Every call reads
+    Unknown, revoked and rotated-out keys are refused alike (reason `invalid`). An organization
+    key works only while its creator is a member whose role may create keys. Every call reads
     the database: there is no cache that could let a revoked key through.
     """
     if not api_key or len(api_key) > MAX_PRESENTED_KEY_CHARS:
@@ -371,6 +384,8 @@ def authenticate_key(
         raise KeyRefused("invalid API key", "invalid")
     if key.expires_at is not None and key.expires_at <= utcnow():
         raise KeyRefused("API key expired", "expired")
+    if key.org_id is not None:
+        check_org_key_holder(key.member_role)
     if service_id is not None and key.service_id != service_id:
         raise KeyNotPermitted(f"this endpoint needs a {service_id!r} key", "wrong_service")
     if not ip_allowed(key.allowed_ips, client_ip):

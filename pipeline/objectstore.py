@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from pipeline.config import Settings
+from pipeline.tempfiles import locked_temp_file
 
 CHUNK = 8 * 1024 * 1024
+# A local object is written to `.tmp-*.part` beside its final path, then renamed into place.
+TEMP_PREFIX = ".tmp-"
+TEMP_SUFFIX = ".part"
 
 
 def dataset_key(model_id: int, version: str, filename: str) -> str:
@@ -82,10 +86,10 @@ class LocalObjectStore:
     def _install(self, key: str, write: Any) -> StoredObject:
         final = self._path(key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".part")
-        tmp = Path(tmp_name)
+        # `lock` stays open until the rename: a restart's sweep skips a temp file in use.
+        tmp, lock = locked_temp_file(final.parent, TEMP_PREFIX, TEMP_SUFFIX)
         try:
-            with os.fdopen(fd, "wb") as out:
+            with os.fdopen(os.dup(lock), "wb") as out:
                 write(out)
                 out.flush()
                 os.fsync(out.fileno())
@@ -95,6 +99,8 @@ class LocalObjectStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        finally:
+            os.close(lock)
         return StoredObject(key=key, uri=final.as_uri(), size_bytes=size, sha256=digest)
 
     def put_file(

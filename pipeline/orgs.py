@@ -5,13 +5,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.errors import Conflict, Forbidden, InvalidInput, NotFound
-from pipeline.keys import canonical_key_id as canonical_id
-from pipeline.tables import ApiKey, Organization, OrgMember
+from pipeline.tables import ApiKey, Organization, OrgMember, canonical_uuid, utcnow
 
 
 class Role(enum.StrEnum):
@@ -49,6 +48,18 @@ def allowed(role: Role, action: KeyAction) -> bool:
     return action in PERMISSIONS[role]
 
 
+def key_holder_role(role: str) -> bool:
+    """Whether a member with this stored role may use the organization keys it created.
+
+    The same roles that may create keys: a Developer demoted to Viewer cannot use its keys
+    until promoted again; a role unknown to this code version holds none.
+    """
+    try:
+        return allowed(Role(role), KeyAction.CREATE)
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Membership:
     org_id: str
@@ -77,7 +88,7 @@ class Membership:
 
 def membership(session: Session, org_id: str, user_id: str) -> Membership:
     """The caller's role in the org; a non-member, or an unknown org, is Forbidden alike."""
-    canonical = canonical_id(org_id)
+    canonical = canonical_uuid(org_id)
     member = (
         session.get(OrgMember, {"org_id": canonical, "user_id": user_id}) if canonical else None
     )
@@ -107,7 +118,7 @@ def create_org(session: Session, name: str, owner: str) -> Organization:
 
 def find_org(session: Session, ref: str) -> Organization:
     """An organization by id or by name."""
-    canonical = canonical_id(ref)
+    canonical = canonical_uuid(ref)
     org = session.get(Organization, canonical) if canonical else None
     if org is None:
         org = session.scalar(select(Organization).where(Organization.name == ref))
@@ -126,9 +137,49 @@ def set_member(session: Session, org: Organization, user_id: str, role: Role) ->
         member = OrgMember(org_id=org.id, user_id=user_id, role=role.value)
         session.add(member)
     else:
+        if role is not Role.OWNER:
+            _keep_an_owner(session, member)
+        # Takes effect on the member's next request: key verification reads the current role.
         member.role = role.value
     session.flush()
     return member
+
+
+def remove_member(session: Session, org: Organization, user_id: str) -> int:
+    """Remove a member and revoke the organization keys they created; how many were revoked.
+
+    The keys stop working on the next request (verification reads the database every time).
+    """
+    member = session.get(OrgMember, {"org_id": org.id, "user_id": user_id.strip()})
+    if member is None:
+        raise NotFound(f"{user_id!r} is not a member of organization {org.name!r}")
+    _keep_an_owner(session, member)
+    revoked = session.execute(
+        update(ApiKey)
+        .where(
+            ApiKey.org_id == org.id,
+            ApiKey.user_id == member.user_id,
+            ApiKey.is_active.is_(True),
+        )
+        .values(is_active=False, revoked_at=utcnow())
+        .execution_options(synchronize_session=False)
+    ).rowcount  # type: ignore[attr-defined]
+    session.delete(member)
+    session.flush()
+    return int(revoked)
+
+
+def _keep_an_owner(session: Session, member: OrgMember) -> None:
+    """Refuse to remove or demote the last Owner: nobody could manage the organization."""
+    if member.role != Role.OWNER.value:
+        return
+    owners = session.scalar(
+        select(func.count())
+        .select_from(OrgMember)
+        .where(OrgMember.org_id == member.org_id, OrgMember.role == Role.OWNER.value)
+    )
+    if (owners or 0) <= 1:
+        raise Conflict("an organization keeps at least one Owner")
 
 
 def list_orgs(session: Session) -> list[tuple[Organization, int]]:

@@ -73,6 +73,16 @@ def new_uuid() -> str:
     return str(uuid.uuid4())
 
 
+def canonical_uuid(value: str) -> str | None:
+    """An id as stored (canonical UUID text), or None when it is not a UUID."""
+    if len(value) > 45:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map: ClassVar[dict[Any, Any]] = {

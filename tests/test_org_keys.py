@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pipeline.db import Database
-from pipeline.orgs import Role, create_org, find_org, set_member
+from pipeline.errors import Conflict, NotFound
+from pipeline.orgs import Role, create_org, find_org, remove_member, set_member
 from tests.conftest import TEST_ADMIN_TOKEN
 
 # Members of org "acme" by role; "oscar" owns the other org "globex"; "zed" belongs to none.
@@ -324,3 +325,108 @@ def test_cli_orgs_errors_exit_1(cli, capsys, argv) -> None:
     capsys.readouterr()
     assert cli(argv) == 1
     assert capsys.readouterr().err.startswith("marketplace: ")
+
+
+# --- membership is live (issue 13) ----------------------------------------------------------------
+
+
+def whoami(client: TestClient, api_key: str) -> Any:
+    return client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {api_key}"})
+
+
+def verify(client: TestClient, api_key: str) -> dict[str, Any]:
+    response = client.post("/api/v1/keys/verify", json={"api_key": api_key})
+    assert response.status_code == 200
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_removed_member_keys_stop_on_the_next_request(
+    client: TestClient, orgs, as_user, db: Database
+) -> None:
+    acme = orgs["acme"]
+    doras = [make_key(client, as_user("dora"), acme, name=f"dora {i}") for i in range(2)]
+    dans = make_key(client, as_user(DAN), acme, name="dan's")
+    with db.session() as session:
+        set_member(session, find_org(session, "globex"), "dora", Role.DEVELOPER)
+    globex_key = make_key(client, as_user("dora"), orgs["globex"], name="dora at globex")
+    for key in [*doras, dans, globex_key]:
+        assert whoami(client, key["api_key"]).status_code == 200
+
+    with db.session() as session:
+        assert remove_member(session, find_org(session, "acme"), "dora") == 2
+
+    for key in doras:
+        assert whoami(client, key["api_key"]).status_code == 401
+        assert verify(client, key["api_key"]) == {"valid": False, "reason": "invalid"}
+    # Only her keys in that organization: another member's, and her keys elsewhere, still work.
+    assert whoami(client, dans["api_key"]).status_code == 200
+    assert whoami(client, globex_key["api_key"]).status_code == 200
+    listing = {k["key_id"]: k for k in client.get(keys_url(acme), headers=as_user("olivia")).json()}
+    assert [listing[k["key_info"]["key_id"]]["is_active"] for k in doras] == [False, False]
+    # Her session no longer reaches the organization either.
+    assert client.get(keys_url(acme), headers=as_user("dora")).status_code == 403
+    # Coming back does not bring revoked keys back.
+    with db.session() as session:
+        set_member(session, find_org(session, "acme"), "dora", Role.DEVELOPER)
+    assert whoami(client, doras[0]["api_key"]).status_code == 401
+
+
+def test_role_change_applies_to_the_next_call(
+    client: TestClient, orgs, as_user, db: Database
+) -> None:
+    acme = orgs["acme"]
+    key = make_key(client, as_user("dora"), acme)
+    assert whoami(client, key["api_key"]).status_code == 200
+
+    with db.session() as session:
+        set_member(session, find_org(session, "acme"), "dora", Role.VIEWER)
+    refused = whoami(client, key["api_key"])
+    assert refused.status_code == 403
+    assert set(refused.json()) == {"detail"} and "Viewer" in refused.json()["detail"]
+    assert verify(client, key["api_key"]) == {"valid": False, "reason": "member_role"}
+    assert (
+        client.post(
+            keys_url(acme), json={"name": "k", "service_id": "platform"}, headers=as_user("dora")
+        ).status_code
+        == 403
+    )
+
+    with db.session() as session:
+        set_member(session, find_org(session, "acme"), "dora", Role.ADMIN)
+    assert whoami(client, key["api_key"]).status_code == 200
+    # As Admin she now revokes another member's key, which a Developer could not.
+    others = make_key(client, as_user(DAN), acme)
+    assert (
+        client.delete(
+            keys_url(acme, others["key_info"]["key_id"]), headers=as_user("dora")
+        ).status_code
+        == 200
+    )
+
+
+def test_the_last_owner_can_be_neither_removed_nor_demoted(orgs, db: Database) -> None:
+    with db.session() as session:
+        acme = find_org(session, "acme")
+        with pytest.raises(Conflict):
+            remove_member(session, acme, "olivia")
+        with pytest.raises(Conflict):
+            set_member(session, acme, "olivia", Role.ADMIN)
+        set_member(session, acme, "adam", Role.OWNER)
+        set_member(session, acme, "olivia", Role.ADMIN)  # another Owner remains
+        with pytest.raises(NotFound):
+            remove_member(session, acme, "zed")
+
+
+def test_cli_remove_member_revokes_their_keys(cli, capsys, client, as_user) -> None:
+    assert cli(["orgs", "create", "initech", "--owner", "peter"]) == 0
+    org_id = capsys.readouterr().out.strip().splitlines()[-1]
+    assert cli(["orgs", "add-member", "initech", "milton", "Developer"]) == 0
+    key = make_key(client, as_user("milton"), org_id)
+    assert whoami(client, key["api_key"]).status_code == 200
+    capsys.readouterr()
+
+    assert cli(["orgs", "remove-member", "initech", "milton"]) == 0
+    assert "1 of their keys revoked" in capsys.readouterr().out
+    assert whoami(client, key["api_key"]).status_code == 401
+    assert cli(["orgs", "remove-member", "initech", "peter"]) == 1  # the last Owner stays

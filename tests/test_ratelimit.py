@@ -69,7 +69,7 @@ def test_memory_windows_are_per_process() -> None:
     second.hit(key_id, 10)
 
 
-def test_redis_outage_lets_requests_through(caplog) -> None:
+def test_redis_outage_warns_once_not_per_request(caplog) -> None:
     limiter = KeyRateLimiter(storage_for("redis://127.0.0.1:1/0"))
     with caplog.at_level(logging.WARNING, logger="pipeline.ratelimit"):
         for _ in range(20):
