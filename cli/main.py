@@ -7,13 +7,18 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import contributor, operate, orgs
+from cli import contributor, operate, orgs, partitions
 from pipeline.config import ConfigError
 from pipeline.errors import DomainError
 
 Register = Callable[[argparse._SubParsersAction], None]  # type: ignore[type-arg]
 
-REGISTRARS: list[Register] = [operate.register, orgs.register, contributor.register]
+REGISTRARS: list[Register] = [
+    operate.register,
+    orgs.register,
+    contributor.register,
+    partitions.register,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
