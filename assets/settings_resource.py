@@ -28,7 +28,7 @@ PINNABLE = (
     "pipeline_log_level",
     "enable_pii_detection",
     "data_validation_strict",
-    "partition_keep_days",
+    "partition_keep_hours",
     "partition_retire_per_tick",
 )
 
@@ -50,7 +50,7 @@ class SettingsResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     pipeline_log_level: str | None = None
     enable_pii_detection: bool | None = None
     data_validation_strict: bool | None = None
-    partition_keep_days: int | None = None
+    partition_keep_hours: int | None = None
     partition_retire_per_tick: int | None = None
 
     @classmethod

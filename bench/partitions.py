@@ -29,11 +29,18 @@ the run that processed it recorded). Then it times:
            the webserver's bundle), for `dataset_version`, over HTTP to dagster-webserver: the
            first call (cold status cache) and the median of --repeat calls after it.
 
-At the largest size it then retires the settled partitions with the code of
-`marketplace partitions retire` (keep window 7 days) and times the three again.
+Each size also reports how many rows of Dagster's `dynamic_partitions` table PostgreSQL read
+for one tick, one run and one query (its own statistics): a figure near a multiple of the
+partition count means that action loads every partition key.
 
-Prints `figure: value` lines and, last, `ratio: X` = the largest size's time ÷ the 1,000 time
-of the figure that is slowest at the largest size (named by `slowest:`).
+At the largest size it then retires the settled partitions with the code of
+`marketplace partitions retire` (keep window 24 hours; every registered version settled 30 days
+ago, only each model's newest and the arrivals of the tick phase stay) and times the three
+again (`*_after_retire`).
+
+Prints `figure: value` lines; `growth_X` = X's time at the largest size ÷ at 1,000 for the
+tick, the run and the query; and, last, `ratio: X` = the largest of those growths, i.e. that of
+the figure slowing down the most with the partition count (named by `slowest:`).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ import httpx
 import yaml
 from sqlalchemy import create_engine, insert, text, update
 
+from assets.partitions import retire_settled
 from bench._server import free_port
 from cli.operate import dagster_storage_url, render_dagster_yaml
 from pipeline.config import Settings
@@ -69,6 +77,7 @@ from pipeline.migrate import upgrade
 from pipeline.objectstore import StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import demo_definition, register_model
+from pipeline.retirement import settled_cutoff
 from pipeline.tables import Contribution, DatasetVersion, Model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +88,7 @@ ARRIVALS_PER_TICK = 100
 PARTITION_CHUNK = 10_000
 EVENT_CHUNK = 2_000
 ROW_CHUNK = 5_000
-KEEP_DAYS = 7
+KEEP_HOURS = 24
 SETTLED_AT = datetime.now(UTC) - timedelta(days=30)
 PARTITIONS_DEF = "dataset_versions"
 ASSET = "dataset_version"
@@ -536,6 +545,7 @@ def main() -> int:
     )
     parser.add_argument("--ticks", type=int, default=3, help="busy ticks timed per size")
     parser.add_argument("--repeat", type=int, default=3, help="runs and queries timed per size")
+    parser.add_argument("--retire-threads", type=int, default=4, help="parallel deletes")
     args = parser.parse_args()
     sizes = [size for size in SIZES if size <= args.max] or [args.max]
     logging.basicConfig(level=logging.WARNING)
@@ -596,13 +606,35 @@ def main() -> int:
                 results[size] = figures
                 print(f"register_s_{size}: {register_s:.1f}")
                 print_figures(str(size), figures)
+
+            start = time.perf_counter()
+            retired, looked_at = retire_settled(
+                instance,
+                db,
+                settled_before=settled_cutoff(datetime.now(UTC), KEEP_HOURS),
+                limit=sys.maxsize,
+                threads=args.retire_threads,
+            )
+            retire_s = time.perf_counter() - start
+            after = measure(registry, state, daemon, url, webserver, reads, args.ticks, args.repeat)
+            print(f"retired_partitions: {retired}")
+            print(f"retire_looked_at: {looked_at}")
+            print(f"retire_s: {retire_s:.1f}")
+            print(f"retire_per_s: {retired / retire_s:.0f}")
+            print_figures("after_retire", after)
         instance.dispose()
         db.dispose()
 
     first, last = results[sizes[0]], results[sizes[-1]]
-    slowest = max(("tick_s", "run_s", "graphql_s"), key=lambda name: getattr(last, name))
-    print(f"slowest: {slowest.removesuffix('_s')} at {sizes[-1]}")
-    print(f"ratio: {getattr(last, slowest) / getattr(first, slowest):.2f}")
+    growth = {
+        name.removesuffix("_s"): getattr(last, name) / getattr(first, name)
+        for name in ("tick_s", "run_s", "graphql_s")
+    }
+    for name, value in growth.items():
+        print(f"growth_{name}: {value:.2f}")
+    worst = max(growth, key=lambda name: growth[name])
+    print(f"slowest: {worst}")
+    print(f"ratio: {growth[worst]:.2f}")
     return 0
 
 

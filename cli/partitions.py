@@ -42,8 +42,8 @@ def cmd_retire(args: argparse.Namespace) -> int:
     from pipeline.tables import isoformat_utc, utcnow
 
     settings = get_settings()
-    keep_days = settings.partition_keep_days if args.keep_days is None else args.keep_days
-    cutoff = settled_cutoff(utcnow(), keep_days)
+    keep_hours = settings.partition_keep_hours if args.keep_hours is None else args.keep_hours
+    cutoff = settled_cutoff(utcnow(), keep_hours)
     limit = args.limit if args.limit is not None else sys.maxsize
     db = Database.from_settings(settings)
     instance = dagster_instance(settings)
@@ -80,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "retire", help="delete the partitions of settled dataset versions (docs/scale.md)"
     )
     retire.add_argument(
-        "--keep-days", type=_non_negative, default=None,
-        help="keep window in days (default: PARTITION_KEEP_DAYS)",
+        "--keep-hours", type=_non_negative, default=None,
+        help="keep window in hours (default: PARTITION_KEEP_HOURS)",
     )  # fmt: skip
     retire.add_argument("--limit", type=_non_negative, default=None, help="retire at most N")
     retire.add_argument("--threads", type=int, default=4, help="parallel deletes (default 4)")

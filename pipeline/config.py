@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     service_dataset_bucket: str | None = None
 
     # Dagster partitions of settled dataset versions (docs/scale.md).
-    partition_keep_days: int = Field(default=7, ge=0)
+    partition_keep_hours: int = Field(default=24, ge=0)
     partition_retire_per_tick: int = Field(default=500, ge=0)
 
     # Spec §8: pipeline settings.

@@ -32,9 +32,9 @@ from pipeline.tables import Contribution, DatasetVersion, Evaluation, Model
 FINAL_STATUSES = (REWARDED, REJECTED, FAILED)
 
 
-def settled_cutoff(now: datetime, keep_days: int) -> datetime:
+def settled_cutoff(now: datetime, keep_hours: int) -> datetime:
     """Versions that settled at or before this time are out of the keep window."""
-    return now - timedelta(days=keep_days)
+    return now - timedelta(hours=keep_hours)
 
 
 def settled_versions(

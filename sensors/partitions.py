@@ -2,7 +2,7 @@
 
 Each dataset version is one partition of `dataset_versions`, and the asset page's partition
 query reads every partition (docs/scale.md), so partitions are kept for versions that may still
-run and for PARTITION_KEEP_DAYS after a version settles (`pipeline.retirement`), then deleted.
+run and for PARTITION_KEEP_HOURS after a version settles (`pipeline.retirement`), then deleted.
 One tick walks the partitions oldest first from its cursor (`assets.partitions.plan_retirement`)
 and asks the daemon to delete at most PARTITION_RETIRE_PER_TICK of them; the cursor goes back to
 the start once the walk reaches the newest partition. The runs, materializations and check
@@ -41,7 +41,7 @@ def make_retirement_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Deletes the dataset-version partitions of versions settled more than "
-        "PARTITION_KEEP_DAYS ago (history stays in the event log and the marketplace database).",
+        "PARTITION_KEEP_HOURS ago (history stays in the event log and the marketplace database).",
     )
     def partition_retirement_sensor(
         context: dg.SensorEvaluationContext, sensor_store: SensorStore
@@ -54,7 +54,7 @@ def make_retirement_sensor(
             plan = plan_retirement(
                 context.instance,
                 db,
-                settled_before=settled_cutoff(clock(), settings.partition_keep_days),
+                settled_before=settled_cutoff(clock(), settings.partition_keep_hours),
                 limit=settings.partition_retire_per_tick,
                 cursor=context.cursor,
                 time_budget_seconds=time_budget_seconds,

@@ -40,7 +40,7 @@ class Versions:
     model_id: int
     now: datetime
     settled: list[str]  # final 30 days ago, in version order
-    recent: str  # final a day ago: inside the 7-day window
+    recent: str  # final an hour ago: inside the 24-hour window
     unsettled: list[str]  # may still run
     newest: str  # final 30 days ago, but the model's last version
 
@@ -92,7 +92,7 @@ def _benchmark_version(db: Database, model_id: int, scored_at: datetime | None) 
 def versions(db: Database) -> Versions:
     model = demo_model_id(db)
     now = utcnow()
-    old, day_ago = now - timedelta(days=30), now - timedelta(days=1)
+    old, hour_ago = now - timedelta(days=30), now - timedelta(hours=1)
 
     def contribution(status: str, at: datetime) -> str:
         version = add_version(db, model, kind="contribution")
@@ -102,7 +102,7 @@ def versions(db: Database) -> Versions:
     rewarded = contribution("rewarded", old)
     queued = contribution("queued", old)
     rejected = contribution("rejected", old)
-    recent = contribution("rewarded", day_ago)
+    recent = contribution("rewarded", hour_ago)
     evaluating = contribution("evaluating", old)
     failed = contribution("failed", old)
     scored_benchmark = _benchmark_version(db, model, scored_at=old)
@@ -128,10 +128,10 @@ def test_settled_versions_are_final_outside_the_window_and_not_the_newest(
 ) -> None:
     m = versions.model_id
     asked = [(m, v) for v in versions.all] + [(m, "v999"), (m + 1000, "v1")]
-    cutoff = settled_cutoff(versions.now, 7)
+    cutoff = settled_cutoff(versions.now, 24)
     with db.session() as session:
         assert settled_versions(session, asked, cutoff) == {(m, v) for v in versions.settled}
-        # A keep window of 0 days lets the version that settled yesterday go too.
+        # A keep window of 0 hours lets the version that settled an hour ago go too.
         with_recent = settled_versions(session, asked, settled_cutoff(versions.now, 0))
         assert with_recent == {(m, v) for v in [*versions.settled, versions.recent]}
         assert settled_versions(session, [], cutoff) == set()
@@ -141,7 +141,7 @@ def test_a_second_job_still_moving_keeps_the_version(db: Database, versions: Ver
     m, version = versions.model_id, versions.settled[0]
     _job(db, m, version, "queued", versions.now)
     with db.session() as session:
-        settled = settled_versions(session, [(m, version)], settled_cutoff(versions.now, 7))
+        settled = settled_versions(session, [(m, version)], settled_cutoff(versions.now, 24))
     assert settled == set()
 
 
@@ -165,7 +165,7 @@ def test_plan_finds_the_settled_partitions_in_order(
 ) -> None:
     keys = _register(instance, versions)
     plan = plan_retirement(
-        instance, db, settled_before=settled_cutoff(versions.now, 7), limit=100, page_size=4
+        instance, db, settled_before=settled_cutoff(versions.now, 24), limit=100, page_size=4
     )
     assert plan.keys == versions.keys(versions.settled)
     assert plan.scanned == len(keys)
@@ -180,7 +180,7 @@ def test_small_passes_retire_every_settled_partition_once_and_keep_history(
     instance.report_runless_asset_event(
         dg.AssetMaterialization("dataset_version", partition=settled[0])
     )
-    cutoff = settled_cutoff(versions.now, 7)
+    cutoff = settled_cutoff(versions.now, 24)
 
     # One per pass over pages of three: the first page holds two settled keys, so the cursor
     # has to stay before it for the second to be found on the next pass.
@@ -214,7 +214,7 @@ def test_plan_stops_when_its_time_budget_is_spent(
     _register(instance, versions)
     clock = itertools.chain([0.0], itertools.repeat(100.0))
     plan = plan_retirement(
-        instance, db, settled_before=settled_cutoff(versions.now, 7), limit=100, page_size=3,
+        instance, db, settled_before=settled_cutoff(versions.now, 24), limit=100, page_size=3,
         time_budget_seconds=5, monotonic=lambda: next(clock),
     )  # fmt: skip
     assert plan.scanned == 3
@@ -264,8 +264,8 @@ def test_sensor_asks_the_daemon_to_delete_settled_partitions_tick_by_tick(
     assert deleted == versions.keys(versions.settled)
     assert result.skip_reason is not None and "no settled partition" in str(result.skip_reason)
 
-    # PARTITION_KEEP_DAYS=0: what settled yesterday goes on the next tick.
-    eager = SensorStore.from_settings(settings, partition_keep_days=0)
+    # PARTITION_KEEP_HOURS=0: what settled an hour ago goes on the next tick.
+    eager = SensorStore.from_settings(settings, partition_keep_hours=0)
     [request] = _tick(sensor, eager, instance, None).dynamic_partitions_requests
     assert list(request.partition_keys) == versions.keys([versions.recent])
 
@@ -320,9 +320,9 @@ def test_cli_retire_counts_then_retires(
     assert "retired 1 partition(s)" in capsys.readouterr().out
     assert _partitions(cli_env) == [k for k in keys if k != settled[0]]
 
-    assert main(["partitions", "retire", "--keep-days", "0", "--threads", "2"]) == 0
+    assert main(["partitions", "retire", "--keep-hours", "0", "--threads", "2"]) == 0
     out = capsys.readouterr().out
-    assert f"retired {len(settled)} partition(s)" in out  # three left + yesterday's
+    assert f"retired {len(settled)} partition(s)" in out  # three left + the recent one
     gone = {*settled, *versions.keys([versions.recent])}
     assert _partitions(cli_env) == [k for k in keys if k not in gone]
     assert all(
