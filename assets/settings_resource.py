@@ -28,6 +28,8 @@ PINNABLE = (
     "pipeline_log_level",
     "enable_pii_detection",
     "data_validation_strict",
+    "partition_keep_hours",
+    "partition_retire_per_tick",
 )
 
 
@@ -48,6 +50,8 @@ class SettingsResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     pipeline_log_level: str | None = None
     enable_pii_detection: bool | None = None
     data_validation_strict: bool | None = None
+    partition_keep_hours: int | None = None
+    partition_retire_per_tick: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **extra: Any) -> Self:

@@ -7,14 +7,20 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import contributor, demo, operate, orgs
+from cli import contributor, demo, operate, orgs, partitions
 from cli.devmode import quiet_library_loggers
 from pipeline.config import ConfigError
 from pipeline.errors import DomainError
 
 Register = Callable[[argparse._SubParsersAction], None]  # type: ignore[type-arg]
 
-REGISTRARS: list[Register] = [operate.register, orgs.register, contributor.register, demo.register]
+REGISTRARS: list[Register] = [
+    operate.register,
+    orgs.register,
+    contributor.register,
+    demo.register,
+    partitions.register,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     dataset_arrival_sqs_queue_url: str | None = None
     service_dataset_bucket: str | None = None
 
+    # Dagster partitions of settled dataset versions (docs/scale.md).
+    partition_keep_hours: int = Field(default=24, ge=0)
+    partition_retire_per_tick: int = Field(default=500, ge=0)
+
     # Spec §8: pipeline settings.
     max_sample_size: int = Field(default=100_000, ge=1)
     parallel_workers: int = Field(default=8, ge=1)

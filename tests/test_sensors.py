@@ -376,13 +376,20 @@ def test_sensor_definitions() -> None:
     from pipeline.config import get_settings
 
     by_name = {s.name: s for s in sensors.SENSORS}
-    assert set(by_name) == {"dataset_arrival_sensor", "evaluation_schedule_sensor"}
+    assert set(by_name) == {
+        "dataset_arrival_sensor",
+        "evaluation_schedule_sensor",
+        "partition_retirement_sensor",
+    }
     poll = get_settings().scheduler_poll_interval_seconds
     assert by_name["evaluation_schedule_sensor"].minimum_interval_seconds == poll
     arrivals = get_settings().arrival_poll_interval_seconds
     assert by_name["dataset_arrival_sensor"].minimum_interval_seconds == arrivals
     assert make_schedule_sensor(minimum_interval_seconds=7).minimum_interval_seconds == 7
-    assert all(s.job_name == EVALUATION_JOB for s in sensors.SENSORS)
+    assert by_name["dataset_arrival_sensor"].job_name == EVALUATION_JOB
+    assert by_name["evaluation_schedule_sensor"].job_name == EVALUATION_JOB
+    # Retirement only deletes partitions: it targets no job.
+    assert by_name["partition_retirement_sensor"].targets == []
 
 
 def test_definitions_validate_with_the_evaluation_job() -> None:

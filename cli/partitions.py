@@ -1,0 +1,89 @@
+"""Partition subcommands: partitions retire (docs/scale.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from pipeline.config import ConfigError, Settings, get_settings
+from pipeline.db import Database
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+
+def dagster_instance(settings: Settings) -> dg.DagsterInstance:
+    """The instance `marketplace dev` runs on: DAGSTER_HOME, else the one in the data dir.
+
+    Unlike `dev`, this never writes the instance config: a maintenance command must not
+    replace an operator's dagster.yaml.
+    """
+    import dagster as dg
+
+    from cli.operate import dagster_storage_url
+
+    home = os.environ.get("DAGSTER_HOME") or str(settings.dagster_home)
+    if not os.path.isfile(os.path.join(home, "dagster.yaml")):
+        raise ConfigError(
+            f"no Dagster instance at {home} (no dagster.yaml): set DAGSTER_HOME or run "
+            "`marketplace dev` once"
+        )
+    os.environ["DAGSTER_HOME"] = home
+    if settings.dagster_pg_url:
+        os.environ["DAGSTER_PG_URL"] = dagster_storage_url(settings.dagster_pg_url)
+    return dg.DagsterInstance.get()
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from assets.partitions import plan_retirement, retire_settled
+    from pipeline.retirement import settled_cutoff
+    from pipeline.tables import isoformat_utc, utcnow
+
+    settings = get_settings()
+    keep_hours = settings.partition_keep_hours if args.keep_hours is None else args.keep_hours
+    cutoff = settled_cutoff(utcnow(), keep_hours)
+    limit = args.limit if args.limit is not None else sys.maxsize
+    db = Database.from_settings(settings)
+    instance = dagster_instance(settings)
+    try:
+        if args.dry_run:
+            plan = plan_retirement(instance, db, settled_before=cutoff, limit=limit)
+            retired, scanned = len(plan.keys), plan.scanned
+        else:
+            retired, scanned = retire_settled(
+                instance, db, settled_before=cutoff, limit=limit, threads=args.threads
+            )
+    finally:
+        instance.dispose()
+        db.dispose()
+    verb = "would retire" if args.dry_run else "retired"
+    print(
+        f"{verb} {retired} partition(s) of dataset versions settled before "
+        f"{isoformat_utc(cutoff)} ({scanned} looked at)"
+    )
+    return 0
+
+
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    partitions = sub.add_parser("partitions", help="Dagster partitions of dataset versions")
+    partitions_sub = partitions.add_subparsers(dest="partitions_command", required=True)
+    retire = partitions_sub.add_parser(
+        "retire", help="delete the partitions of settled dataset versions (docs/scale.md)"
+    )
+    retire.add_argument(
+        "--keep-hours", type=_non_negative, default=None,
+        help="keep window in hours (default: PARTITION_KEEP_HOURS)",
+    )  # fmt: skip
+    retire.add_argument("--limit", type=_non_negative, default=None, help="retire at most N")
+    retire.add_argument("--threads", type=int, default=4, help="parallel deletes (default 4)")
+    retire.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    retire.set_defaults(handler=cmd_retire)
