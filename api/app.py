@@ -14,6 +14,7 @@ from api.routes import (
     benchmarks,
     contract,
     contributions,
+    docs,
     keys,
     org_keys,
     rewards,
@@ -39,6 +40,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Per-model data-specs, contributions, benchmark uploads, "
         "evaluation schedules, dataset arrivals and API keys.",
+        # Served by api.routes.docs from packaged assets instead of FastAPI's CDN pages.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.db = Database.from_settings(settings)
@@ -48,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):
         app.include_router(module.router)
     app.include_router(rewards.router)
+    app.include_router(docs.router)
 
     def limit_for(path: str) -> int:
         if UPLOAD_PATH.match(path):

@@ -220,22 +220,21 @@ def batch_idempotency_key(model_id: int, file_digest: str, batch_count: int, ind
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    """Read and check a spec §2.5 manifest (wallet, license identifier, weights summing to 1)."""
-    from pipeline.errors import InvalidInput
-    from pipeline.rewards import parse_manifest
+    """Read and check a spec §2.5 manifest with the server's own check, naming every problem."""
+    from pipeline.rewards import InvalidManifest, decode_manifest, parse_manifest
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = decode_manifest(path.read_bytes())
+        parse_manifest(data)
     except FileNotFoundError:
         raise RowFileError(f"{path}: no such file") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ClientError(f"{path}: not a JSON file") from None
-    try:
-        parse_manifest(data)
-    except InvalidInput as exc:
-        raise ClientError(f"{path}: {exc.detail}") from None
-    manifest: dict[str, Any] = data
-    return manifest
+    except InvalidManifest as exc:
+        count = len(exc.problems)
+        lines = "".join(f"\n  {problem}" for problem in exc.problems)
+        raise ClientError(
+            f"{path}: the manifest has {count} problem{'s' if count > 1 else ''}:{lines}"
+        ) from None
+    return data
 
 
 def _progress(console: Console, *columns: Any) -> Progress:
@@ -248,6 +247,15 @@ def _progress(console: Console, *columns: Any) -> Progress:
     )
 
 
+def _progress_line(job: dict[str, Any] | None) -> str | None:
+    """A job's status, with what it waits for while queued (the server says why)."""
+    if job is None:
+        return None
+    if job["status"] == "queued" and job.get("reason"):
+        return f"queued · {job['reason']}"
+    return str(job["status"])
+
+
 def _follow_jobs(
     client: MarketplaceClient, model_id: int, job_ids: list[str], poll: float, timeout: float
 ) -> dict[str, dict[str, Any]]:
@@ -258,8 +266,8 @@ def _follow_jobs(
     while pending:
         for job_id in list(pending):
             job = client.contribution(model_id, job_id)
-            if last.get(job_id, {}).get("status") != job["status"]:
-                _note(f"job {job_id}: {job['status']}")
+            if _progress_line(last.get(job_id)) != _progress_line(job):
+                _note(f"job {job_id}: {_progress_line(job)}")
             last[job_id] = job
             if job["status"] in FINAL_JOB_STATUSES:
                 pending.remove(job_id)
@@ -376,6 +384,33 @@ def _report_jobs(jobs: dict[str, dict[str, Any]], job_ids: list[str]) -> int:
 # --- upload --------------------------------------------------------------------------------
 
 
+# The metric a benchmark tracks when none is given, per task type; classification is the
+# spec's HTTP default, which a regression model cannot use.
+DEFAULT_METRIC = {"classification": "accuracy", "regression": "rmse"}
+
+
+def model_upload_fields(fields: dict[str, str], model: dict[str, Any] | None) -> dict[str, str]:
+    """The upload's form fields with the model's own defaults where the user gave none.
+
+    `target_column` defaults to the model's target column (the spec's HTTP default, `target`,
+    rarely is), `metric_name` to the task type's usual metric and `metric_direction` to the
+    metric's natural direction. Without the model (unknown id) the fields go as given and the
+    server answers.
+    """
+    from pipeline.evaluation import METRICS
+
+    chosen = dict(fields)
+    if model is not None:
+        chosen.setdefault("target_column", str(model["target_column"]))
+        metric = DEFAULT_METRIC.get(str(model.get("task_type")))
+        if metric is not None:
+            chosen.setdefault("metric_name", metric)
+    known = METRICS.get(chosen.get("metric_name", ""))
+    if known is not None:
+        chosen.setdefault("metric_direction", known.direction)
+    return chosen
+
+
 @_handles_errors
 def cmd_upload(args: argparse.Namespace) -> int:
     path = Path(args.file)
@@ -398,6 +433,14 @@ def cmd_upload(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         if not client.credentials.api_key:
             raise MissingCredential(CREDENTIAL_HINTS["api_key"])
+        if not {"target_column", "metric_name", "metric_direction"} <= set(fields):
+            model = next((m for m in client.list_models() if m["id"] == args.model_id), None)
+            fields = model_upload_fields(fields, model)
+            _note(
+                f"target column {fields.get('target_column', 'target')}, metric "
+                f"{fields.get('metric_name', 'accuracy')} "
+                f"({fields.get('metric_direction', 'higher_is_better')})"
+            )
         console = _stderr()
         with _progress(console, DownloadColumn(), TransferSpeedColumn()) as progress:
             task = progress.add_task(f"uploading {path.name}", total=size)
@@ -601,9 +644,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     upload.add_argument("model_id", type=_model_id, metavar="MODEL_ID")
     upload.add_argument("file", metavar="FILE")
-    upload.add_argument("--target-column", help="column with ground-truth labels (default target)")
-    upload.add_argument("--metric-name", help="metric tracked (default accuracy)")
-    upload.add_argument("--metric-direction", choices=("higher_is_better", "lower_is_better"))
+    upload.add_argument(
+        "--target-column", help="column with ground-truth labels (default: the model's own)"
+    )
+    upload.add_argument(
+        "--metric-name", help="metric tracked (default accuracy; rmse for a regression model)"
+    )
+    upload.add_argument(
+        "--metric-direction",
+        choices=("higher_is_better", "lower_is_better"),
+        help="default: the metric's natural direction",
+    )
     upload.add_argument("--eval-split", help="split used for evaluation (default test)")
     upload.add_argument("--input-columns", help="comma-separated feature columns")
     upload.add_argument(

@@ -7,13 +7,14 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import contributor, operate, orgs
+from cli import contributor, demo, operate, orgs
+from cli.devmode import quiet_library_loggers
 from pipeline.config import ConfigError
 from pipeline.errors import DomainError
 
 Register = Callable[[argparse._SubParsersAction], None]  # type: ignore[type-arg]
 
-REGISTRARS: list[Register] = [operate.register, orgs.register, contributor.register]
+REGISTRARS: list[Register] = [operate.register, orgs.register, contributor.register, demo.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_library_loggers()
     args = build_parser().parse_args(argv)
     try:
         result = args.handler(args)

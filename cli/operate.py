@@ -67,12 +67,19 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_api(settings: Settings, host: str, port: int) -> None:
+def _serve_api(settings: Settings, host: str, port: int, quiet: bool = False) -> None:
     import uvicorn
 
     from api.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    # Quiet (dev): no request log and no start-up lines, the banner says where the API is.
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning" if quiet else "info",
+        access_log=not quiet,
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -85,7 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def render_dagster_yaml(text: str, settings: Settings) -> str:
-    """The instance config with SCHEDULER_MAX_CONCURRENT as the evaluation tag's run limit.
+    """The instance config with SCHEDULER_MAX_CONCURRENT as the evaluation tag's run limit,
+    and run output at INFO unless the file sets `python_logs.python_log_level`.
 
     Dagster reads `tag_concurrency_limits[].limit` as a plain integer (no `{env: ...}`), so the
     value is written into the copy that goes to DAGSTER_HOME.
@@ -103,6 +111,9 @@ def render_dagster_yaml(text: str, settings: Settings) -> str:
         limits.append(entry)
     entry["limit"] = settings.scheduler_max_concurrent
     runs["tag_concurrency_limits"] = limits
+    # The console shows a run's INFO lines (one per pipeline step), not its ~100 DEBUG events
+    # per run; the UI's run log keeps every event either way.
+    config.setdefault("python_logs", {}).setdefault("python_log_level", "INFO")
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -134,23 +145,45 @@ def dagster_environment(settings: Settings) -> dict[str, str]:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from cli.devmode import (
+        announce_when_ready,
+        dev_banner,
+        dev_settings_environment,
+        quiet_dagster_environment,
+    )
     from pipeline.bootstrap import prepare_store
 
+    # Before the settings are first read: the API and the Dagster processes share them.
+    os.environ.update(dev_settings_environment(os.environ, args.debounce_seconds))
     settings = _settings()
+    print(
+        f"marketplace dev: starting the API on :{args.port} and Dagster on :{args.dagster_port} "
+        f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",
+        flush=True,
+    )
     prepare_store(settings)
     env = dagster_environment(settings)
+    quiet_dagster_environment(env)
     command = [
         sys.executable, "-m", "dagster", "dev",
         "-w", str(REPO_ROOT / "workspace.yaml"),
         "-h", args.host, "-p", str(args.dagster_port),
+        # The banner gives the URLs; Dagster's own INFO lines repeat every sensor tick.
+        "--log-level", "warning",
     ]  # fmt: skip
-    # Its own session, so Ctrl-C reaches it once, from us, after the API has stopped.
-    dagster = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
-    print(
-        f"Dagster UI on http://{args.host}:{args.dagster_port} (DAGSTER_HOME={env['DAGSTER_HOME']})"
+    # Its own session, so Ctrl-C reaches it once, from us, after the API has stopped. Started
+    # in DAGSTER_HOME: from the repository it warns that the dagster.yaml there is not used.
+    dagster = subprocess.Popen(command, env=env, cwd=env["DAGSTER_HOME"], start_new_session=True)
+    ready_host = "127.0.0.1" if args.host in {"0.0.0.0", "::"} else args.host
+    announce_when_ready(
+        [
+            f"http://{ready_host}:{args.port}/api/models",
+            f"http://{ready_host}:{args.dagster_port}/server_info",
+        ],
+        dev_banner(settings, host=args.host, port=args.port, dagster_port=args.dagster_port),
     )
     try:
-        _serve_api(settings, args.host, args.port)
+        _serve_api(settings, args.host, args.port, quiet=True)
     finally:
         if dagster.poll() is None:
             os.killpg(dagster.pid, signal.SIGINT)
@@ -172,6 +205,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--dagster-port", type=int, default=3000)
+    dev.add_argument(
+        "--debounce-seconds",
+        type=int,
+        metavar="S",
+        help="evaluation debounce window (default: EVALUATION_DEBOUNCE_WINDOW_SECONDS, else 10; "
+        "`serve` and production keep the spec's 300)",
+    )
     dev.set_defaults(handler=cmd_dev)
 
     db = sub.add_parser("db", help="database maintenance")

@@ -34,11 +34,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +50,7 @@ from sqlalchemy.orm import Session
 from pipeline.db import Database
 from pipeline.objectstore import ObjectStore, dataset_key, sha256_file
 from pipeline.queue import ArrivalQueue, ObjectArrival, QueueMessage, parse_arrival_message
+from pipeline.rewards import InvalidManifest, read_manifest_file
 from pipeline.tables import DatasetArrival, DatasetVersion, Model, isoformat_utc
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,6 @@ MAX_MODEL_ID = 2**31 - 1
 INFLIGHT_GRACE_SECONDS = 300
 # Deferred messages come back after this long at most (SQS visibility timeout).
 MAX_DEFER_SECONDS = 60
-MANIFEST_MAX_BYTES = 1024 * 1024
 # Local objects are hashed when recorded as external only up to this size.
 LOCAL_HASH_MAX_BYTES = 64 * 1024 * 1024
 
@@ -155,19 +156,14 @@ def object_facts(store: ObjectStore, key: str) -> ObjectFacts | None:
 
 
 def read_manifest(store: ObjectStore, model_id: int, version: str) -> dict[str, Any] | None:
-    """The `manifest.json` beside a version's data, when there is a small, valid one."""
-    key = dataset_key(model_id, version, MANIFEST_FILENAME)
+    """The `manifest.json` beside a version's data, when there is a small, valid JSON object.
+
+    An unusable file is left out here; the payout reads it again and names its problem.
+    """
     try:
-        if not store.exists(key):
-            return None
-        with store.open(key) as fh:
-            raw = fh.read(MANIFEST_MAX_BYTES + 1)
-        if len(raw) > MANIFEST_MAX_BYTES:
-            return None
-        value = json.loads(raw)
-    except (OSError, ValueError):
+        return read_manifest_file(store, dataset_key(model_id, version, MANIFEST_FILENAME))
+    except InvalidManifest:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _arrival_row(
@@ -492,6 +488,24 @@ def arrival_view(row: DatasetArrival) -> dict[str, Any]:
 
 
 # --- Debounce -----------------------------------------------------------------------------------
+
+
+# Dagster's sensor ticks are about, not exactly, one interval apart: a window that is a whole
+# number of intervals may close at the tick after the one it seems to.
+TICK_JITTER_SECONDS = 1.0
+
+
+def run_request_due(first_seen: datetime, window_seconds: float, poll_seconds: float) -> datetime:
+    """By when the arrival sensor requests the run of a batch that opened at `first_seen`.
+
+    The batch opens at the tick that recorded its first arrival; the sensor ticks about every
+    `poll_seconds` after that and releases the batch at the first tick at least
+    `window_seconds` later (the same tick when the window is 0).
+    """
+    if window_seconds <= 0:
+        return first_seen
+    ticks = math.ceil((window_seconds + TICK_JITTER_SECONDS) / poll_seconds)
+    return first_seen + timedelta(seconds=ticks * poll_seconds)
 
 
 def batch_run_key(model_id: int, versions: list[str]) -> str:

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     scheduler_poll_interval_seconds: int = Field(default=60, ge=1)
     scheduler_max_concurrent: int = Field(default=5, ge=1)
     evaluation_debounce_window_seconds: int = Field(default=300, ge=0)
+    # Not in the spec: how often the arrival sensor reads the queue (its Dagster interval).
+    arrival_poll_interval_seconds: int = Field(default=30, ge=1)
     dataset_arrival_sqs_queue_url: str | None = None
     service_dataset_bucket: str | None = None
 

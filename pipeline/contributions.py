@@ -6,12 +6,15 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from pipeline.arrivals import run_request_due
+from pipeline.config import Settings
 from pipeline.datasets import RowTableBuilder, table_to_parquet_bytes
 from pipeline.db import Database
 from pipeline.errors import InvalidInput, NotFound, RowValidationFailed
@@ -19,7 +22,7 @@ from pipeline.jsonrows import ListRows, RowSource
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
-from pipeline.tables import Contribution, DatasetVersion, isoformat_utc
+from pipeline.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
 from pipeline.validation import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
 
 ROWS_FILENAME = "rows.parquet"
@@ -59,8 +62,9 @@ def check_rows(
     """The valid rows as the table to store, built while they are validated a chunk at a time.
 
     Raises RowValidationFailed listing every failing row (spec §2.4, at most
-    MAX_ERRORS_TOTAL errors), and a bad manifest as one more error at path `manifest` with
-    rowIndex -1. Once a row has failed, later chunks are only validated, not converted.
+    MAX_ERRORS_TOTAL errors); each problem of an invalid contributor manifest is one more
+    error, at path `manifest.<field>` with rowIndex -1. Once a row has failed, later chunks
+    are only validated, not converted.
     """
     validator = validator_for(model.id, model.spec_version, model.data_spec)
     builder = RowTableBuilder(model.data_spec)
@@ -98,14 +102,22 @@ def check_rows(
 
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
-    from pipeline.rewards import parse_manifest
+    """One spec §2.4 error per manifest problem, at `manifest.<field>` (rowIndex -1)."""
+    from pipeline.rewards import InvalidManifest, parse_manifest
 
     if manifest is None:
         return []
     try:
         parse_manifest(manifest)
-    except InvalidInput as exc:
-        return [{"path": "manifest", "message": exc.detail, "rowIndex": -1}]
+    except InvalidManifest as exc:
+        return [
+            {
+                "path": f"manifest.{problem.field}" if problem.field else "manifest",
+                "message": problem.message,
+                "rowIndex": -1,
+            }
+            for problem in exc.problems
+        ]
     return []
 
 
@@ -214,19 +226,115 @@ def get_contribution(db: Database, model_id: int, job_id: str, user_id: str) -> 
         return job
 
 
-def contribution_view(job: Contribution) -> dict[str, Any]:
-    return {
+@dataclass(frozen=True)
+class QueueWait:
+    """What a queued job waits for, and when its evaluation run is expected to be requested."""
+
+    due_at: datetime
+    reason: str
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _when(value: datetime) -> str:
+    """A time for a sentence: to the second."""
+    return isoformat_utc(value.replace(microsecond=0)) or ""
+
+
+def queue_wait(
+    db: Database, settings: Settings, job: Contribution, now: datetime | None = None
+) -> QueueWait | None:
+    """Why a `queued` job has not started, and when its evaluation is due; None otherwise.
+
+    A queued job waits, in turn, for the arrival sensor to record its dataset version (it
+    reads the queue every ARRIVAL_POLL_INTERVAL_SECONDS), for the model's debounce window
+    (EVALUATION_DEBOUNCE_WINDOW_SECONDS from the batch's first arrival) to close at a sensor
+    tick, and then for Dagster's run queue to start the requested run. A queued job that
+    already carries a reason (checks passed, no benchmark yet) waits for an event with no
+    date: None.
+    """
+    if job.status != "queued" or job.reason or job.dataset_version_id is None:
+        return None
+    now = now or utcnow()
+    window = settings.evaluation_debounce_window_seconds
+    poll = settings.arrival_poll_interval_seconds
+    with db.session() as session:
+        object_key = session.scalar(
+            select(DatasetVersion.object_key).where(DatasetVersion.id == job.dataset_version_id)
+        )
+        arrival = session.scalar(
+            select(DatasetArrival).where(DatasetArrival.object_key == object_key)
+        )
+        if arrival is not None and arrival.run_key is not None:
+            batch = DatasetArrival.run_key == arrival.run_key
+        else:  # the model's pending batch, which this arrival opened, joined or will join
+            batch = (DatasetArrival.model_id == job.model_id) & DatasetArrival.run_key.is_(None)
+        first_seen = session.scalar(select(func.min(DatasetArrival.received_at)).where(batch))
+    if arrival is None:
+        # The sensor records it at its next tick at the latest; it then joins the model's
+        # pending batch if that is not released by then, else opens a new one.
+        recorded_by = _aware(job.created_at) + timedelta(seconds=poll)
+        due = run_request_due(recorded_by, window, poll)
+        if first_seen is not None:
+            pending_due = run_request_due(_aware(first_seen), window, poll)
+            due = pending_due if pending_due >= recorded_by else due
+        if now > recorded_by + timedelta(seconds=poll):
+            return QueueWait(
+                due,
+                "the arrival sensor has not recorded this dataset version yet "
+                f"(it reads the queue every {poll} s): is the Dagster daemon running?",
+            )
+        then = f", then for the {window} s debounce window to close" if window else ""
+        return QueueWait(
+            due,
+            f"waiting for the arrival sensor to record the dataset version (every {poll} s)"
+            f"{then}; evaluation due at {_when(due)}",
+        )
+    due = run_request_due(_aware(first_seen or arrival.received_at), window, poll)
+    if arrival.run_key is not None:
+        return QueueWait(
+            due,
+            "evaluation run requested; waiting for Dagster's run queue to start it (at most "
+            f"{settings.scheduler_max_concurrent} evaluation runs at once, one per model)",
+        )
+    if now > due + timedelta(seconds=poll):
+        return QueueWait(
+            due,
+            f"evaluation was due at {_when(due)} but no run has been requested: "
+            "is the Dagster daemon running?",
+        )
+    waiting = (
+        f"the {window} s debounce window to close"
+        if window
+        else f"the arrival sensor's next check (every {poll} s)"
+    )
+    return QueueWait(due, f"waiting for {waiting}; evaluation due at {_when(due)}")
+
+
+def contribution_view(job: Contribution, wait: QueueWait | None = None) -> dict[str, Any]:
+    """The job as its submitter reads it; a queued job's `wait` adds `evaluationDueAt`."""
+    view: dict[str, Any] = {
         "jobId": job.id,
         "modelId": job.model_id,
         "status": job.status,
         "reason": job.reason,
-        "submittedRows": job.submitted_rows,
-        "benchmarkSpecId": job.benchmark_spec_id,
-        "schemaVersion": job.schema_version,
-        "templateId": job.template_id,
-        "quality": job.quality,
-        "improvementPct": job.improvement_pct,
-        "tokens": job.tokens,
-        "createdAt": isoformat_utc(job.created_at),
-        "updatedAt": isoformat_utc(job.updated_at),
     }
+    if wait is not None:
+        view["reason"] = wait.reason
+        view["evaluationDueAt"] = isoformat_utc(wait.due_at)
+    view.update(
+        {
+            "submittedRows": job.submitted_rows,
+            "benchmarkSpecId": job.benchmark_spec_id,
+            "schemaVersion": job.schema_version,
+            "templateId": job.template_id,
+            "quality": job.quality,
+            "improvementPct": job.improvement_pct,
+            "tokens": job.tokens,
+            "createdAt": isoformat_utc(job.created_at),
+            "updatedAt": isoformat_utc(job.updated_at),
+        }
+    )
+    return view

@@ -13,7 +13,6 @@ This module knows nothing of Dagster; `assets/` wraps it.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -40,21 +39,18 @@ from pipeline.tables import (
 log = logging.getLogger(__name__)
 
 MANIFEST_FILENAME = "manifest.json"
-MANIFEST_MAX_BYTES = 1024 * 1024
 # Key of the marker `_read_manifest_object` returns for a manifest.json that cannot be used.
 INVALID_MARK = "_invalid"
 
 
 def _read_manifest_object(store: ObjectStore, key: str) -> dict[str, Any] | None:
     """A `manifest.json` object: its JSON object, or a marker saying why it is unusable."""
-    if not store.exists(key):
-        return None
+    from pipeline.rewards import InvalidManifest, read_manifest_file
+
     try:
-        with store.open(key) as fh:
-            data = json.loads(fh.read(MANIFEST_MAX_BYTES + 1))
-    except (ValueError, OSError):
-        return {INVALID_MARK: "manifest.json is not valid JSON"}
-    return data if isinstance(data, dict) else {INVALID_MARK: "manifest.json is not an object"}
+        return read_manifest_file(store, key)
+    except InvalidManifest as exc:
+        return {INVALID_MARK: "; ".join(str(problem) for problem in exc.problems)}
 
 
 @dataclass(frozen=True)

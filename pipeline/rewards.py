@@ -29,18 +29,22 @@ Tokens are counted in millionths: a split always adds up to the total to the las
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from Crypto.Hash import keccak
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from pipeline.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from pipeline.objectstore import ObjectStore
 
 TOKEN_DECIMALS = 6
 _TOKEN_UNITS = 10**TOKEN_DECIMALS
@@ -51,6 +55,9 @@ FULL_VOLUME_ROWS = 10_000
 # Weights are fractions written by people and tools; this absorbs their decimal rounding
 # (three thirds written as 0.333333 each) without accepting shares that are really off.
 WEIGHT_SUM_TOLERANCE = 1e-6
+
+MANIFEST_FILENAME = "manifest.json"
+MANIFEST_MAX_BYTES = 1024 * 1024
 
 _WALLET = re.compile(r"0x[0-9a-fA-F]{40}")
 
@@ -173,48 +180,103 @@ class ContributorManifest(BaseModel):
             return "LicenseRef-" + value[len("LicenseRef-") :]
         raise PydanticCustomError(
             "license",
-            "unknown license identifier; use an SPDX identifier ({known}) "
+            "unknown license identifier: use an SPDX identifier ({known}) "
             "or LicenseRef-<name> for another license",
             {"known": ", ".join(SPDX_LICENSES)},
         )
 
-    @model_validator(mode="after")
-    def _shares_add_up(self) -> ContributorManifest:
-        if self.contributors is None:
-            return self
-        if not self.contributors:
+    @field_validator("contributors")
+    @classmethod
+    def _shares_add_up(cls, shares: list[ContributorShare] | None) -> list[ContributorShare] | None:
+        # A field validator, not a model one: pydantic then reports these problems together
+        # with those of the other fields instead of only once every field is valid.
+        if shares is None:
+            return shares
+        if not shares:
             raise PydanticCustomError(
                 "contributors", "contributors must list at least one contributor when present"
             )
-        seen: set[str] = set()
-        for share in self.contributors:
-            if share.id in seen:
-                raise PydanticCustomError(
-                    "contributors", "contributor id '{id}' appears more than once", {"id": share.id}
-                )
-            seen.add(share.id)
-        total = math.fsum(share.weight for share in self.contributors)
+        problems: list[str] = []
+        ids = [share.id for share in shares]
+        repeated = sorted({i for i in ids if ids.count(i) > 1}, key=ids.index)
+        problems.extend(f"contributor id '{i}' appears more than once" for i in repeated)
+        total = math.fsum(share.weight for share in shares)
         if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
-            raise PydanticCustomError(
-                "contributors",
-                "contributor weights must sum to 1; they sum to {total}",
-                {"total": round(total, 9)},
-            )
-        return self
+            problems.append(f"contributor weights must sum to 1 (they sum to {round(total, 9)})")
+        if problems:
+            raise PydanticCustomError("contributors", ", and ".join(problems))
+        return shares
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    """One thing wrong with a manifest: where (`license`, `contributors[1].weight`; "" for the
+    manifest as a whole) and what."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class InvalidManifest(InvalidInput):
+    """A manifest that cannot be used; `detail` names every problem, `problems` lists them."""
+
+    def __init__(self, problems: Sequence[ManifestProblem]) -> None:
+        super().__init__("manifest: " + "; ".join(str(problem) for problem in problems))
+        self.problems = list(problems)
 
 
 def parse_manifest(data: Any) -> ContributorManifest:
-    """Validate a contributor manifest; the first problem is raised as InvalidInput."""
+    """Validate a contributor manifest (spec §2.5), the one check every reader uses.
+
+    Every problem is found in one pass and raised together as InvalidManifest, so a person
+    fixing a manifest sees all of them at once rather than one per try.
+    """
     if not isinstance(data, dict):
-        raise InvalidInput("manifest: must be a JSON object")
+        raise InvalidManifest([ManifestProblem("", "must be a JSON object")])
     try:
         return ContributorManifest.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = _location(first["loc"])
-        raise InvalidInput(
-            f"manifest: {where}: {first['msg']}" if where else f"manifest: {first['msg']}"
+        raise InvalidManifest(
+            [ManifestProblem(_location(error["loc"]), error["msg"]) for error in exc.errors()]
         ) from None
+
+
+def decode_manifest(raw: bytes) -> dict[str, Any]:
+    """The JSON object in the bytes of a `manifest.json`; InvalidManifest when there is none.
+
+    Only the file's form is checked here; `parse_manifest` checks its content.
+    """
+    if len(raw) > MANIFEST_MAX_BYTES:
+        raise InvalidManifest(
+            [ManifestProblem("", f"the file is larger than {MANIFEST_MAX_BYTES} bytes")]
+        )
+    try:
+        data = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise InvalidManifest([ManifestProblem("", "the file is not valid JSON")]) from None
+    if not isinstance(data, dict):
+        raise InvalidManifest([ManifestProblem("", "the file is not a JSON object")])
+    return data
+
+
+def read_manifest_file(store: ObjectStore, key: str) -> dict[str, Any] | None:
+    """The JSON object of the stored `manifest.json` at `key`; None when there is no such file.
+
+    A file that exists but cannot be read or decoded raises InvalidManifest.
+    """
+    try:
+        if not store.exists(key):
+            return None
+        with store.open(key) as fh:
+            raw = fh.read(MANIFEST_MAX_BYTES + 1)
+    except OSError as exc:
+        raise InvalidManifest(
+            [ManifestProblem("", f"the file could not be read ({type(exc).__name__})")]
+        ) from None
+    return decode_manifest(raw)
 
 
 def _location(loc: Sequence[int | str]) -> str:

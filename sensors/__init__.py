@@ -13,7 +13,7 @@ from sensors.resources import SENSOR_STORE, SensorStore
 from sensors.schedules import make_schedule_sensor
 
 SENSORS: list[Any] = [
-    make_arrival_sensor(),
+    make_arrival_sensor(minimum_interval_seconds=get_settings().arrival_poll_interval_seconds),
     make_schedule_sensor(minimum_interval_seconds=get_settings().scheduler_poll_interval_seconds),
 ]
 RESOURCES: dict[str, Any] = {SENSOR_STORE: SensorStore()}

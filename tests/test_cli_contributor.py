@@ -356,6 +356,18 @@ def test_contribute_refuses_bad_manifests_invalid_rows_and_missing_tokens(
     )
     assert status == 1 and "wallet" in err
 
+    incomplete = tmp_path / "incomplete.json"
+    incomplete.write_text(json.dumps({"wallet_address": "0x1234", "license": "WTFPL-9"}))
+    status, _, err = run(
+        "contribute", "1", str(good), "--manifest", str(incomplete), "--token", token
+    )
+    assert status == 1
+    assert f"{incomplete}: the manifest has 5 problems:" in err
+    for named in ("contributor_id: Field required", "wallet_address: wallet address must be",
+                  "data_description: Field required", "data_source: Field required",
+                  "license: unknown license identifier"):  # fmt: skip
+        assert f"\n  {named}" in err
+
     rows[4]["monthly_charges"] = 9999
     bad_rows = write_csv(tmp_path / "bad.csv", rows)
     status, out, _ = run(

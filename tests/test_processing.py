@@ -284,6 +284,24 @@ def test_external_version_with_a_manifest_beside_it_is_evaluated_and_paid(
     assert [w for w, _, _ in ledger(db)] == [WALLET_C]
 
 
+def test_external_version_with_an_unusable_manifest_is_not_paid_and_the_reason_names_it(
+    svc: Services, db: Database, store: LocalObjectStore
+) -> None:
+    add_benchmark(db, store)
+    payload = pd.DataFrame(churn_rows(250, seed=8)).to_csv(index=False).encode()
+    version = add_external(db, store, payload)
+    store.put_bytes(dataset_key(1, version, "manifest.json"), b'{"wallet_address": "0x12"}')
+    run_pipeline(svc, version)
+    with db.session() as session:
+        row = session.scalar(select(Contribution).where(Contribution.submitter_id == "external"))
+    assert row is not None and row.status == REWARDED
+    reason = row.reason or ""
+    assert "the manifest.json manifest is invalid" in reason
+    assert "contributor_id: Field required" in reason and "wallet_address: " in reason
+    assert "license: Field required" in reason
+    assert ledger(db) == []
+
+
 def test_data_spec_violations_are_counted_per_row() -> None:
     spec = demo_definition().data_spec
     rows = churn_rows(10, seed=1)

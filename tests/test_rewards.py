@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipeline.errors import InvalidInput
+from pipeline.objectstore import LocalObjectStore
 from pipeline.rewards import (
+    MANIFEST_MAX_BYTES,
     ContributorManifest,
+    InvalidManifest,
+    ManifestProblem,
     QualityFactors,
     RewardBreakdown,
     compute_reward,
+    decode_manifest,
     parse_manifest,
+    read_manifest_file,
     recipients,
     split_reward,
     to_checksum_address,
@@ -188,6 +195,62 @@ def test_unknown_license_is_invalid_input(license: str) -> None:
 
 def test_extra_manifest_fields_are_ignored() -> None:
     assert parse_manifest(_manifest(tool_version="1.2")).contributor_id == "supplier-17"
+
+
+def test_every_manifest_problem_is_named_in_one_error() -> None:
+    shares = _shares(0.5, 0.3)
+    shares[1]["id"] = "c0"
+    incomplete = {"wallet_address": "0x1234", "license": "WTFPL-9", "contributors": shares}
+    with pytest.raises(InvalidManifest) as caught:
+        parse_manifest(incomplete)
+
+    problems = caught.value.problems
+    assert [p.field for p in problems] == [
+        "contributor_id",
+        "wallet_address",
+        "data_description",
+        "data_source",
+        "license",
+        "contributors",
+    ]
+    assert problems[0] == ManifestProblem("contributor_id", "Field required")
+    assert "'c0' appears more than once" in problems[-1].message
+    assert "weights must sum to 1 (they sum to 0.8)" in problems[-1].message
+    # The one-line detail names each problem, in order, for callers that show text only.
+    assert caught.value.detail == "manifest: " + "; ".join(str(p) for p in problems)
+
+
+def test_problems_inside_the_contributors_list_are_reported_with_the_others() -> None:
+    shares = _shares(0.5, 0.5)
+    shares[0]["weight"] = "half"
+    with pytest.raises(InvalidManifest) as caught:
+        parse_manifest(_manifest(license="nope", contributors=shares))
+    assert [p.field for p in caught.value.problems] == ["license", "contributors[0].weight"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"{not json", "the file is not valid JSON"),
+        (b"\xff\xfe", "the file is not valid JSON"),
+        (b"[1, 2]", "the file is not a JSON object"),
+        (b" " * (MANIFEST_MAX_BYTES + 1), f"the file is larger than {MANIFEST_MAX_BYTES} bytes"),
+    ],
+)
+def test_manifest_file_must_hold_one_json_object(raw: bytes, problem: str) -> None:
+    with pytest.raises(InvalidManifest) as caught:
+        decode_manifest(raw)
+    assert caught.value.problems == [ManifestProblem("", problem)]
+
+
+def test_stored_manifest_file_is_read_with_the_same_reader(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path)
+    assert read_manifest_file(store, "datasets/1/v1/manifest.json") is None
+    store.put_bytes("datasets/1/v1/manifest.json", b'{"contributor_id": "c1"}')
+    assert read_manifest_file(store, "datasets/1/v1/manifest.json") == {"contributor_id": "c1"}
+    store.put_bytes("datasets/1/v2/manifest.json", b"[]")
+    with pytest.raises(InvalidManifest, match="not a JSON object"):
+        read_manifest_file(store, "datasets/1/v2/manifest.json")
 
 
 # --- reward formula ------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def test_contributor_manifest_is_stored_and_replaced(client: Any, auth_headers: 
         (manifest(license="WTFPL-9"), "manifest: license: unknown license identifier"),
         (
             manifest(contributors=[{"id": "a", "wallet_address": WALLET_B, "weight": 0.5}]),
-            "manifest: contributor weights must sum to 1",
+            "manifest: contributors: contributor weights must sum to 1 (they sum to 0.5)",
         ),
         ({"wallet_address": WALLET_A}, "manifest: contributor_id: "),
         ([manifest()], None),
@@ -192,6 +192,18 @@ def test_invalid_contributor_manifest_is_400_naming_the_field(
     assert response.status_code == 400
     if detail is not None:
         assert response.json()["detail"].startswith(detail), response.json()
+
+
+def test_incomplete_contributor_manifest_is_refused_naming_every_problem_at_once(
+    client: Any, auth_headers: Headers
+) -> None:
+    body = {"wallet_address": "0x1234", "license": "WTFPL-9"}
+    response = client.put("/api/contributors/me", headers=auth_headers(), json=body)
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail.startswith("manifest: contributor_id: Field required; wallet_address: ")
+    for named in ("data_description: Field required", "data_source: Field required", "license: "):
+        assert named in detail
 
 
 # --- the manifest on a contribution ---------------------------------------------------------------
@@ -222,7 +234,7 @@ def test_contribution_with_an_invalid_manifest_is_400_with_the_row_error_body(
     payload = response.json()
     assert payload["ok"] is False and payload["status"] == 400
     paths = [(e["path"], e["rowIndex"]) for e in payload["errors"]]
-    assert paths == [("rows[1].contract", 1), ("manifest", -1)]
+    assert paths == [("rows[1].contract", 1), ("manifest.wallet_address", -1)]
     assert "wallet" in payload["errors"][-1]["message"]
 
     alone = client.post(
@@ -232,7 +244,13 @@ def test_contribution_with_an_invalid_manifest_is_400_with_the_row_error_body(
     )
     assert alone.status_code == 400
     assert alone.json()["message"] == "the contributor manifest is invalid"
-    assert [e["path"] for e in alone.json()["errors"]] == ["manifest"]
+    # Every problem of the manifest at once, one error each.
+    assert [(e["path"], e["message"]) for e in alone.json()["errors"]] == [
+        ("manifest.wallet_address", "Field required"),
+        ("manifest.data_description", "Field required"),
+        ("manifest.data_source", "Field required"),
+        ("manifest.license", "Field required"),
+    ]
     with db.session() as session:
         assert session.scalar(select(DatasetVersion.id)) is None  # nothing stored
 

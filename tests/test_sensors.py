@@ -379,7 +379,8 @@ def test_sensor_definitions() -> None:
     assert set(by_name) == {"dataset_arrival_sensor", "evaluation_schedule_sensor"}
     poll = get_settings().scheduler_poll_interval_seconds
     assert by_name["evaluation_schedule_sensor"].minimum_interval_seconds == poll
-    assert by_name["dataset_arrival_sensor"].minimum_interval_seconds == 30
+    arrivals = get_settings().arrival_poll_interval_seconds
+    assert by_name["dataset_arrival_sensor"].minimum_interval_seconds == arrivals
     assert make_schedule_sensor(minimum_interval_seconds=7).minimum_interval_seconds == 7
     assert all(s.job_name == EVALUATION_JOB for s in sensors.SENSORS)
 

@@ -18,6 +18,7 @@ from pipeline.contributions import (
     ContributionRequest,
     contribution_view,
     get_contribution,
+    queue_wait,
     submit_contribution,
 )
 from pipeline.db import Database
@@ -172,5 +173,7 @@ def get_contribution_job(
     jobId: str,  # noqa: N803
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
+    settings: Settings = Depends(get_settings),
 ) -> dict[str, Any]:
-    return contribution_view(get_contribution(db, modelId, jobId, user.user_id))
+    job = get_contribution(db, modelId, jobId, user.user_id)
+    return contribution_view(job, queue_wait(db, settings, job))

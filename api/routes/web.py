@@ -2,8 +2,10 @@
 
 The pages are server-rendered shells; the form itself is built in the browser from the model's
 data-spec (fetched at run time from `/api/models/{id}/data-spec`) by `static/contribute.js`,
-which validates rows with the same JSON Schema (Ajv, vendored in `static/vendor/`) and posts
-them to the contributions endpoint with the session cookie.
+which reads CSV files (Papa Parse) or typed rows, validates them with the same JSON Schema (Ajv;
+both vendored in `static/vendor/`), measures them against the pipeline's §8 thresholds, which
+this module renders into the page from `pipeline.quality.QualityThresholds`, and posts them to
+the contributions endpoint with the session cookie.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from api.deps import get_db, get_settings
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import NotFound, Unauthenticated
+from pipeline.quality import QualityThresholds
 from pipeline.registry import get_model, list_models
+from pipeline.rewards import FULL_VOLUME_ROWS, volume_factor
 from pipeline.sessions import decode_token
 
 router = APIRouter(tags=["web"], include_in_schema=False)
@@ -34,6 +38,7 @@ STATIC_FILES: dict[str, str] = {
     "contribute.js": "text/javascript; charset=utf-8",
     "web.css": "text/css; charset=utf-8",
     "vendor/ajv2020.bundle.js": "text/javascript; charset=utf-8",
+    "vendor/papaparse.min.js": "text/javascript; charset=utf-8",
 }
 
 # Ajv compiles schemas with `new Function`, hence 'unsafe-eval'; no inline script or style.
@@ -114,6 +119,7 @@ def contribute_page(
             model = get_model(session, int(model_id))
             name, description = model.name, model.description or ""
             identifier = model.id
+            field_count = len((model.data_spec or {}).get("properties") or {})
     except NotFound:
         return _not_found(f"There is no model {model_id}.")
     user, why = session_user(request, settings)
@@ -125,7 +131,47 @@ def contribute_page(
         cookie_name=settings.session_cookie_name(),
         user=user or "",
         session_problem=why,
+        **_rule_values(settings, QualityThresholds(), field_count),
     )
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:g}"
+
+
+def _rule_values(settings: Settings, limits: QualityThresholds, field_count: int) -> dict[str, Any]:
+    """The §8 thresholds and the reward rule as the page shows them and its script uses them."""
+    column_rule = (
+        f"each field filled in more than {_pct(limits.column_completeness_above)} % of the rows"
+        + (
+            " (DATA_VALIDATION_STRICT is on: a field below that rejects the contribution);"
+            if settings.data_validation_strict
+            else " (otherwise a warning, not a rejection);"
+        )
+    )
+    extra = [f'<li data-check="column_completeness">{html.escape(column_rule)}</li>']
+    if settings.enable_pii_detection:
+        extra.append(
+            '<li data-check="pii">no personal data in text values (e-mail addresses, phone, '
+            "credit card and US social security numbers, IBANs, IP and URL addresses, "
+            "wallet addresses).</li>"
+        )
+    examples = ", ".join(
+        f"{rows:,} rows × {volume_factor(rows):g}" for rows in (100, 1_000, FULL_VOLUME_ROWS)
+    )
+    return {
+        "min_rows": limits.min_rows,
+        "completeness_above": limits.completeness_above,
+        "uniqueness_above": limits.uniqueness_above,
+        "column_completeness_above": limits.column_completeness_above,
+        "completeness_pct": _pct(limits.completeness_above),
+        "uniqueness_pct": _pct(limits.uniqueness_above),
+        "strict": "true" if settings.data_validation_strict else "false",
+        "field_count": field_count,
+        "full_volume_rows": f"{FULL_VOLUME_ROWS:,}",
+        "volume_examples": examples,
+        "extra_rules_html": "\n    ".join(extra),
+    }
 
 
 @router.get("/static/{path:path}")

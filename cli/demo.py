@@ -1,0 +1,117 @@
+"""`marketplace demo-data`: files to try the marketplace with, made for a model of the server."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cli.client import ClientError
+from cli.contributor import _connection_options, _handles_errors, _model_id, _note, make_client
+from pipeline.demo.demo_data import (
+    BENCHMARK_ROWS,
+    CONTRIBUTION_ROWS,
+    DEFAULT_SEED,
+    DemoModel,
+    make_demo_data,
+)
+from pipeline.errors import InvalidInput
+
+BENCHMARK_FILE = "benchmark.csv"
+CONTRIBUTION_FILE = "contribution.csv"
+MANIFEST_FILE = "manifest.json"
+DEMO_MODEL_ID = 1
+
+
+def csv_cell(value: Any) -> str:
+    """A value as the CLI's reader and the benchmark reader parse it back (true/false)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([csv_cell(row.get(name)) for name in columns] for row in rows)
+
+
+@_handles_errors
+def cmd_demo_data(args: argparse.Namespace) -> int:
+    with make_client(args) as client:
+        models = {model["id"]: model for model in client.list_models()}
+        info = models.get(args.model)
+        if info is None:
+            known = ", ".join(f"{i} ({m['name']})" for i, m in sorted(models.items())) or "none"
+            raise ClientError(f"no model {args.model} on the server (models: {known})")
+        model = DemoModel(
+            name=info["name"],
+            task_type=info["task_type"],
+            target_column=info["target_column"],
+            data_spec=client.data_spec(args.model),
+        )
+    try:
+        data = make_demo_data(
+            model,
+            seed=args.seed,
+            benchmark_rows=args.benchmark_rows,
+            contribution_rows=args.contribution_rows,
+        )
+    except InvalidInput as exc:
+        raise ClientError(f"model {args.model} ({model.name}): {exc.detail}") from None
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    benchmark, contribution, manifest = (
+        folder / BENCHMARK_FILE,
+        folder / CONTRIBUTION_FILE,
+        folder / MANIFEST_FILE,
+    )
+    write_csv(benchmark, data.benchmark, data.columns)
+    write_csv(contribution, data.contribution, data.columns)
+    manifest.write_text(json.dumps(data.manifest, indent=2) + "\n", encoding="utf-8")
+    print(f"model {args.model} ({model.name}), target column {model.target_column}:")
+    print(f"wrote {benchmark} ({len(data.benchmark)} rows)")
+    print(f"wrote {contribution} ({len(data.contribution)} rows)")
+    print(f"wrote {manifest} (wallet {data.manifest['wallet_address']})")
+    _note(
+        f"next: marketplace upload {args.model} {benchmark}\n"
+        f"      marketplace contribute {args.model} {contribution} --manifest {manifest} --wait"
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    demo = sub.add_parser(
+        "demo-data",
+        parents=[_connection_options()],
+        help="write a benchmark, a contribution that improves the model, and a manifest",
+        description="Write DIR/benchmark.csv, DIR/contribution.csv (rows that pass every check "
+        "and improve the model over a fresh one) and DIR/manifest.json (a valid contributor "
+        "manifest) for a model of the server. The same model and seed give the same files.",
+    )
+    demo.add_argument("dir", metavar="DIR", help="folder to write the files into")
+    demo.add_argument(
+        "--model",
+        type=_model_id,
+        default=DEMO_MODEL_ID,
+        metavar="ID",
+        help="model id (default %(default)s, the demo model)",
+    )
+    demo.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="other rows (default %(default)s)"
+    )
+    demo.add_argument("--benchmark-rows", type=int, default=BENCHMARK_ROWS, metavar="N")
+    demo.add_argument(
+        "--contribution-rows",
+        type=int,
+        default=CONTRIBUTION_ROWS,
+        metavar="N",
+        help="default %(default)s: one request of `marketplace contribute`",
+    )
+    demo.set_defaults(handler=cmd_demo_data)

@@ -1,0 +1,196 @@
+"""What `marketplace dev` adds for a person at a terminal: short waits, quiet logs, a banner.
+
+- Evaluation starts within seconds: the debounce window defaults to `DEV_DEBOUNCE_SECONDS`
+  and the arrival sensor reads its queue every `DEV_ARRIVAL_POLL_SECONDS` (production keeps
+  the spec's 300 s and 30 s). An environment variable or `--debounce-seconds` wins.
+- Only what an operator needs is printed: warnings and errors, one line per pipeline step of
+  a run, and the banner; no request log, no Dagster DEBUG events, no library chatter.
+- Once the API and the Dagster UI answer, one screen tells where they are, how to get an admin
+  token and how to try the demo (the README's "Quick start").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+
+from pipeline.config import Settings
+
+DEBOUNCE_VARIABLE = "EVALUATION_DEBOUNCE_WINDOW_SECONDS"
+POLL_VARIABLE = "ARRIVAL_POLL_INTERVAL_SECONDS"
+DEV_DEBOUNCE_SECONDS = 10
+DEV_ARRIVAL_POLL_SECONDS = 5
+READY_TIMEOUT_SECONDS = 180.0
+# `dagster dev` warns that it is superseded by `dg dev` (the dagster-dg package, not installed);
+# the message is for Dagster's own users, not for ours.
+DAGSTER_WARNING_FILTER = "ignore:Function `dev_command` is superseded"
+RULE = "─" * 78
+
+
+def dev_settings_environment(
+    environ: Mapping[str, str], debounce_seconds: int | None
+) -> dict[str, str]:
+    """The variables `marketplace dev` sets before anything reads the settings.
+
+    `--debounce-seconds` wins over EVALUATION_DEBOUNCE_WINDOW_SECONDS, which wins over the
+    dev default; ARRIVAL_POLL_INTERVAL_SECONDS likewise over its dev default.
+    """
+    values: dict[str, str] = {}
+    if debounce_seconds is not None:
+        values[DEBOUNCE_VARIABLE] = str(debounce_seconds)
+    elif DEBOUNCE_VARIABLE not in environ:
+        values[DEBOUNCE_VARIABLE] = str(DEV_DEBOUNCE_SECONDS)
+    if POLL_VARIABLE not in environ:
+        values[POLL_VARIABLE] = str(DEV_ARRIVAL_POLL_SECONDS)
+    return values
+
+
+def quiet_dagster_environment(env: dict[str, str]) -> None:
+    """Environment of the Dagster processes, without the warnings that are not ours."""
+    given = env.get("PYTHONWARNINGS")
+    env["PYTHONWARNINGS"] = f"{given},{DAGSTER_WARNING_FILTER}" if given else DAGSTER_WARNING_FILTER
+
+
+def _shell_prefix() -> str:
+    """How this terminal's `marketplace` is reached from a second one."""
+    if sys.prefix == sys.base_prefix:
+        return ""
+    venv = Path(sys.prefix)
+    try:
+        shown = os.path.relpath(venv)
+    except ValueError:
+        shown = str(venv)
+    return f". {shlex.quote(shown)}/bin/activate"
+
+
+def dev_banner(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    dagster_port: int,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The one-screen banner printed when both services answer."""
+    environ = os.environ if environ is None else environ
+    shown_host = "127.0.0.1" if host in {"0.0.0.0", "::", ""} else host
+    api = f"http://{shown_host}:{port}"
+    store = "PostgreSQL" if settings.database_url else "SQLite"
+    objects = (
+        f"bucket {settings.service_dataset_bucket}" if settings.uses_s3 else "local object store"
+    )
+    window = settings.evaluation_debounce_window_seconds
+    poll = settings.arrival_poll_interval_seconds
+    lines = [
+        RULE,
+        f" marketplace dev is ready{'(Ctrl-C stops both)':>54}",
+        f"   API          {api}   (docs {api}/docs)",
+        f"   Web form     {api}/models",
+        f"   Dagster UI   http://{shown_host}:{dagster_port}",
+        f"   Data         {settings.data_dir} ({store}, {objects})",
+        f"   Evaluation   debounce window {window} s, arrival sensor every {poll} s",
+        "                (production: 300 s and 30 s; --debounce-seconds or",
+        f"                {DEBOUNCE_VARIABLE} to change)",
+    ]
+    same_env = [
+        f"{name}={shlex.quote(environ[name])}"
+        for name in ("MARKETPLACE_DATA_DIR", "DATABASE_URL")
+        if environ.get(name)
+    ]
+    token_env = " ".join(same_env) + " " if same_env else ""
+    activate = _shell_prefix()
+    lines.append(" In a second terminal, in this folder:")
+    if activate:
+        lines.append(f"   {activate}")
+    if port != 8000 or shown_host != "127.0.0.1":
+        lines.append(f"   export MARKETPLACE_URL={api}")
+    if settings.admin_token is not None:
+        lines.append(
+            f"   export MARKETPLACE_ADMIN_TOKEN=…   # the ADMIN_TOKEN this server runs with "
+            f"(user {settings.admin_user_id})"
+        )
+    else:
+        lines.append(
+            f"   export MARKETPLACE_ADMIN_TOKEN=$({token_env}marketplace token "
+            f"--user {settings.admin_user_id} --admin | tail -1)"
+        )
+    if environ.get("JWT_SECRET"):
+        lines.append("   (`marketplace token` needs this server's JWT_SECRET in its environment)")
+    lines += [
+        " Try the demo (README, Quick start):",
+        "   export MARKETPLACE_API_KEY=$(marketplace keys create --name demo "
+        "--service-id platform --scope benchmarks:write | tail -1)",
+        "   marketplace demo-data demo",
+        "   marketplace upload 1 demo/benchmark.csv",
+        f"   export MARKETPLACE_TOKEN=$({token_env}marketplace token --user alice | tail -1)",
+        "   marketplace contribute 1 demo/contribution.csv --manifest demo/manifest.json --wait",
+        RULE,
+    ]
+    return "\n".join(lines)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def announce_when_ready(
+    urls: list[str],
+    banner: str,
+    *,
+    timeout: float = READY_TIMEOUT_SECONDS,
+    answers: Callable[[str], bool] = _answers,
+    write: Callable[[str], None] | None = None,
+) -> threading.Thread:
+    """Print `banner` once every URL answers 200 (checked from a daemon thread)."""
+
+    def emit(text: str) -> None:
+        if write is not None:
+            write(text)
+        else:
+            print(text, flush=True)
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(urls)
+        while pending and time.monotonic() < deadline:
+            pending = [url for url in pending if not answers(url)]
+            if pending:
+                time.sleep(0.5)
+        if pending:
+            emit(f"marketplace dev: no answer from {', '.join(pending)} within {timeout:g} s")
+        else:
+            emit(banner)
+
+    thread = threading.Thread(target=wait, name="dev-banner", daemon=True)
+    thread.start()
+    return thread
+
+
+class _OnlyRevisionChanges(logging.Filter):
+    """Alembic's migration logger, keeping only the line that says a revision was applied."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return record.getMessage().startswith(("Running upgrade", "Running downgrade"))
+
+
+def quiet_library_loggers() -> None:
+    """Drop start-up chatter of libraries; their warnings and errors still show."""
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    migration = logging.getLogger("alembic.runtime.migration")
+    if not any(isinstance(f, _OnlyRevisionChanges) for f in migration.filters):
+        migration.addFilter(_OnlyRevisionChanges())
+    logging.getLogger("presidio-analyzer").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
