@@ -72,6 +72,23 @@ def test_values_without_a_json_form_fail_instead_of_raising() -> None:
     assert errors and errors[0].path.startswith("rows[0]")
 
 
+@pytest.mark.parametrize("schema_id", [None, "urn:example:rows"])
+def test_references_resolve_when_a_batch_of_rows_is_validated_at_once(
+    schema_id: str | None,
+) -> None:
+    spec: dict[str, Any] = {
+        "type": "object",
+        "$defs": {"small": {"type": "integer", "maximum": 3}},
+        "properties": {"a": {"$ref": "#/$defs/small"}},
+    }
+    if schema_id:
+        spec["$id"] = schema_id
+    validator = RowValidator(spec)
+    assert validator._batch is not None  # the one-call path is the one under test
+    assert validator.invalid_indices([{"a": 1}, {"a": 2}, {"a": 3}]) == []
+    assert validator.invalid_indices([{"a": 1}, {"a": 5}, {"a": "x"}]) == [1, 2]
+
+
 def test_a_data_spec_the_fast_validator_cannot_compile_is_refused() -> None:
     # A remote reference would make the server fetch a URL: never done, so never accepted.
     spec = {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/a.json"}}}
