@@ -1,7 +1,13 @@
 """Evaluation and reward assets: score the model with and without each contribution, then pay.
 
 Both run only when the blocking checks of `assets/datasets.py` let them; both are idempotent
-per contribution (a job is evaluated once, an evaluation is paid once).
+per contribution (a job is evaluated once, an evaluation is paid once). Each version's figures go
+on its own partition (`assets.reporting`); the `improves_model` check fails the partition of a
+contribution rejected by its evaluation, with the reason.
+
+Statuses shown are final: an evaluation says `accepted` (improved: the rewards asset pays it
+next) or `rejected`, never the job's passing `evaluating`; rewards say the job's status after
+payment.
 """
 
 from collections.abc import Sequence
@@ -9,10 +15,12 @@ from typing import Any
 
 import dagster as dg
 
-from assets.datasets import GROUP, log_other_partitions, markdown_table
+from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
+from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
-from pipeline.batches import StepResult
+from pipeline.batches import EVALUATING, FAILED, REJECTED, REWARDED, StepResult
+from pipeline.catalog import version_facts
 from pipeline.payouts import RewardOutcome, pay_batch
 from pipeline.scoring import EvaluationOutcome, evaluate_batch
 
@@ -32,7 +40,7 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.score),
                 _fmt(o.baseline_score),
                 _fmt(o.improvement_pct, 2),
-                o.status or "",
+                evaluation_status(o),
                 o.detail,
             )
             for o in outcomes
@@ -56,29 +64,104 @@ def evaluation(
 ) -> dg.MaterializeResult:
     batch = pii_report.batch
     outcomes = evaluate_batch(marketplace.services, batch)
-    by_version = {o.version: o for o in outcomes if o.version}
-    log_other_partitions(
-        context,
-        batch,
-        {
-            v: {"metric": o.metric_name or "", "score": o.score, "improvement": o.improvement_pct}
-            for v, o in by_version.items()
+    per_version = {o.version: evaluation_metadata(o) for o in outcomes if o.version}
+    report_materializations(context, batch, per_version)
+    # The partition's own version, else where it stands and the model's re-score of this run.
+    rescore = next((o for o in outcomes if o.version is None), None)
+    own = per_version.get(batch.version) or {
+        **(evaluation_metadata(rescore) if rescore is not None else {}),
+        **standing(marketplace.services.db, batch),
+    }
+    return dg.MaterializeResult(
+        value=StepResult(batch, tuple(outcomes)),
+        metadata={
+            **own,
+            "evaluations": len([o for o in outcomes if o.evaluation_id]),
+            "results": _evaluation_table(outcomes),
         },
     )
-    # The headline figures: this partition's own version, else the last evaluation of the run.
-    main = by_version.get(batch.version) or (outcomes[-1] if outcomes else None)
-    metadata: dict[str, Any] = {
-        "evaluations": len([o for o in outcomes if o.evaluation_id]),
-        "results": _evaluation_table(outcomes),
+
+
+def evaluation_status(outcome: EvaluationOutcome) -> str:
+    """The evaluation's verdict, final: `evaluating` with an improvement is `accepted`."""
+    if outcome.kind == "rescore":
+        return outcome.status or "scored"
+    if outcome.status in (EVALUATING, REWARDED):
+        return "accepted"
+    return outcome.status or "not evaluated"
+
+
+def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
+    """One evaluation's figures. A re-score measures the model against the trivial baseline,
+    not a contribution against the model, so its figures have their own keys (a plot of
+    `improvement_pct` across versions shows contributions only)."""
+    prefix = "model_" if outcome.kind == "rescore" else ""
+    return metadata_values(
+        {
+            "evaluation_kind": outcome.kind,
+            "status": evaluation_status(outcome),
+            "metric": outcome.metric_name,
+            f"{prefix}score": outcome.score,
+            f"{prefix}baseline_score": outcome.baseline_score,
+            f"{prefix}improvement_pct": outcome.improvement_pct,
+            "evaluation_id": outcome.evaluation_id,
+            "detail": outcome.detail,
+        }
+    )
+
+
+def evaluation_result(outcome: EvaluationOutcome) -> VersionResult | None:
+    """What `improves_model` says of a version; None when it was not evaluated."""
+    if outcome.version is None or outcome.status not in (
+        None,
+        EVALUATING,
+        REWARDED,
+        REJECTED,
+        FAILED,
+    ):
+        return None
+    figures = {
+        "score": outcome.score,
+        "baseline_score": outcome.baseline_score,
+        "improvement_pct": outcome.improvement_pct,
     }
-    if main is not None and main.score is not None:
-        metadata.update(
-            metric=main.metric_name or "",
-            score=main.score,
-            baseline_score=main.baseline_score,
-            improvement_pct=main.improvement_pct,
+    if outcome.status in (REJECTED, FAILED):
+        return VersionResult(outcome.version, False, outcome.detail, figures)
+    if outcome.score is None:  # claimed elsewhere, or a benchmark that scored nothing
+        return None
+    if outcome.kind == "rescore":
+        return VersionResult(
+            outcome.version, True, f"benchmark scored the model: {outcome.detail}", figures
         )
-    return dg.MaterializeResult(value=StepResult(batch, tuple(outcomes)), metadata=metadata)
+    change = (
+        f"{outcome.metric_name} {outcome.baseline_score:.4f} → {outcome.score:.4f} "
+        f"({outcome.improvement_pct:+.2f} %)"
+    )
+    return VersionResult(outcome.version, True, f"improved {change}", figures)
+
+
+@dg.asset_check(
+    asset=evaluation,
+    name="improves_model",
+    partitions_def=dataset_versions,
+    description="A contribution improves the model's score on the latest benchmark (else it is "
+    "rejected); a benchmark version scores the model. Not blocking: rewards pay the others.",
+)
+def improves_model(
+    context: dg.AssetCheckExecutionContext,
+    evaluation: StepResult,
+    marketplace: MarketplaceResource,
+) -> dg.AssetCheckResult:
+    results = [r for r in map(evaluation_result, evaluation.outcomes) if r is not None]
+    return report_check(
+        context,
+        evaluation.batch,
+        results,
+        db=marketplace.services.db,
+        metadata={
+            "rejected_versions": ", ".join(r.version for r in results if not r.passed) or "none"
+        },
+    )
 
 
 def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
@@ -109,13 +192,28 @@ def rewards(
     evaluation: StepResult,
 ) -> dg.MaterializeResult:
     batch = evaluation.batch
-    paid = pay_batch(marketplace.services, batch.model_id, evaluation.outcomes)
-    log_other_partitions(
-        context, batch, {r.version: {"tokens": r.tokens, "detail": r.detail} for r in paid}
-    )
+    svc = marketplace.services
+    paid = pay_batch(svc, batch.model_id, evaluation.outcomes)
+    # Statuses after payment, so each partition shows where its job ended.
+    facts = version_facts(svc.db, batch.model_id, [*(r.version for r in paid), batch.version])
+    per_version = {
+        r.version: metadata_values(
+            {
+                "status": facts[r.version].status if r.version in facts else None,
+                "tokens": r.tokens,
+                "earned_tokens": r.earned,
+                "recipients": len(r.recipients),
+                "detail": r.detail,
+            }
+        )
+        for r in paid
+    }
+    report_materializations(context, batch, per_version)
+    own = per_version.get(batch.version) or {**standing(svc.db, batch), "tokens": 0.0}
     return dg.MaterializeResult(
         metadata={
-            "tokens": sum(r.tokens for r in paid),
+            **own,
+            "batch_tokens": sum(r.tokens for r in paid),
             "rewarded_versions": ", ".join(r.version for r in paid if r.tokens > 0) or "none",
             "ledger_entries": sum(len(r.recipients) for r in paid),
             "rewards": _reward_table(paid),
