@@ -38,6 +38,7 @@ from pipeline.checks import (
     run_quality_checks,
     verdict,
 )
+from pipeline.db import Database
 
 GROUP = "dataset_versions"
 
@@ -57,7 +58,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> dg.
     return dg.MetadataValue.md("\n".join(lines) if rows else "_nothing in this run_")
 
 
-def standing(db: Any, batch: Batch) -> dict[str, Any]:
+def standing(db: Database, batch: Batch) -> dict[str, Any]:
     """Where the run's own version stands, for an asset that did not handle it in this run."""
     facts = own_facts(db, batch)
     if facts is None:
@@ -103,6 +104,11 @@ def judge(
             "batch": batch_verdict.description,
         },
     )
+
+
+def verdict_of(outcome: CheckOutcome) -> str:
+    """A check step's word on a version: a failure rejects it at once (`pipeline.checks`)."""
+    return "passed" if outcome.passed else "rejected"
 
 
 def column_schema(columns: Sequence[SpecColumn]) -> dg.TableSchema:
@@ -257,7 +263,7 @@ def quality_report(
     batch = dataset_version.batch
     outcomes = run_quality_checks(marketplace.services, batch)
     per_version = {
-        o.version: {"passed": o.passed, **quality_figures(o), "summary": o.summary}
+        o.version: {"verdict": verdict_of(o), **quality_figures(o), "summary": o.summary}
         for o in outcomes
     }
     report_materializations(context, batch, per_version)
@@ -323,7 +329,8 @@ def pii_report(
     batch = dataset_version.batch
     outcomes = run_pii_scans(marketplace.services, batch)
     per_version = {
-        o.version: {"passed": o.passed, **pii_figures(o), "summary": o.summary} for o in outcomes
+        o.version: {"verdict": verdict_of(o), **pii_figures(o), "summary": o.summary}
+        for o in outcomes
     }
     report_materializations(context, batch, per_version)
     own = per_version.get(batch.version) or standing(marketplace.services.db, batch)

@@ -10,7 +10,7 @@ next) or `rejected`, never the job's passing `evaluating`; rewards say the job's
 payment.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -184,13 +184,15 @@ def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
     partitions_def=dataset_versions,
     group_name=GROUP,
     description="Reward tokens for each contribution that improved the model, split among the "
-    "wallets of its contributor manifest; the ledger is written once per evaluation.",
+    "wallets of its contributor manifest; the ledger is written once per evaluation. Only paid "
+    "versions have a rewards partition.",
+    output_required=False,
 )
 def rewards(
     context: dg.AssetExecutionContext,
     marketplace: MarketplaceResource,
     evaluation: StepResult,
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult]:
     batch = evaluation.batch
     svc = marketplace.services
     paid = pay_batch(svc, batch.model_id, evaluation.outcomes)
@@ -209,10 +211,17 @@ def rewards(
         for r in paid
     }
     report_materializations(context, batch, per_version)
-    own = per_version.get(batch.version) or {**standing(svc.db, batch), "tokens": 0.0}
-    return dg.MaterializeResult(
+    context.log.info(
+        f"model {batch.model_id}: paid {', '.join(per_version) or 'no version'}; "
+        f"{sum(r.tokens for r in paid):g} tokens"
+    )
+    # Only a paid version has rewards: the own partition of a rejected version stays
+    # unmaterialized rather than showing a green "Materialized" with nothing in it.
+    if batch.version not in per_version:
+        return
+    yield dg.MaterializeResult(
         metadata={
-            **own,
+            **per_version[batch.version],
             "batch_tokens": sum(r.tokens for r in paid),
             "rewarded_versions": ", ".join(r.version for r in paid if r.tokens > 0) or "none",
             "ledger_entries": sum(len(r.recipients) for r in paid),

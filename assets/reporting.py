@@ -33,7 +33,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from assets.partitions import dataset_versions
+from assets.partitions import dataset_versions, partition_key
 from pipeline.batches import Batch
 from pipeline.catalog import VersionFacts, version_facts
 from pipeline.db import Database
@@ -63,22 +63,18 @@ def report_materializations(
     batch: Batch,
     per_version: Mapping[str, Mapping[str, Any]],
 ) -> int:
-    """Log this asset's materialization on each other version's partition in `per_version`."""
+    """Log this asset's materialization on the partition of each version in `per_version` but
+    the run's own (whose output the step returns)."""
     logged = 0
-    for item in batch.items:
-        values = per_version.get(item.version)
-        if values is None or item.version == batch.version:
-            continue
-        if not _registered(context.instance, item.partition_key):
+    for version, values in per_version.items():
+        key = partition_key(batch.model_id, version)
+        if version == batch.version or not _registered(context.instance, key):
             continue
         context.log_event(
             dg.AssetMaterialization(
                 asset_key=context.asset_key,
-                partition=item.partition_key,
-                metadata={
-                    "processed_in_partition": batch.partition_key,
-                    **metadata_values(values),
-                },
+                partition=key,
+                metadata={"processed_in_partition": batch.partition_key, **metadata_values(values)},
             )
         )
         logged += 1
