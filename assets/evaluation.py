@@ -41,7 +41,7 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.baseline_score),
                 _fmt(o.improvement_pct, 2),
                 evaluation_status(o),
-                o.detail,
+                evaluation_detail(o),
             )
             for o in outcomes
         ],
@@ -64,7 +64,9 @@ def evaluation(
 ) -> dg.MaterializeResult:
     batch = pii_report.batch
     outcomes = evaluate_batch(marketplace.services, batch)
-    per_version = {o.version: evaluation_metadata(o) for o in outcomes if o.version}
+    per_version = {
+        o.version: evaluation_metadata(o) for o in outcomes if o.version and evaluated(o)
+    }
     report_materializations(context, batch, per_version)
     # The partition's own version, else where it stands and the model's re-score of this run.
     rescore = next((o for o in outcomes if o.version is None), None)
@@ -82,6 +84,12 @@ def evaluation(
     )
 
 
+def evaluated(outcome: EvaluationOutcome) -> bool:
+    """The run measured the version (scored it, or refused or failed its data); a job sent
+    back to wait for a benchmark, or claimed by another run, was not."""
+    return outcome.evaluation_id is not None or outcome.status in (REJECTED, FAILED)
+
+
 def evaluation_status(outcome: EvaluationOutcome) -> str:
     """The evaluation's verdict, final: `evaluating` with an improvement is `accepted`."""
     if outcome.kind == "rescore":
@@ -89,6 +97,16 @@ def evaluation_status(outcome: EvaluationOutcome) -> str:
     if outcome.status in (EVALUATING, REWARDED):
         return "accepted"
     return outcome.status or "not evaluated"
+
+
+def evaluation_detail(outcome: EvaluationOutcome) -> str:
+    """What the evaluation found, without the passing "rewards pending" of the job's reason."""
+    if evaluation_status(outcome) != "accepted" or outcome.score is None:
+        return outcome.detail
+    return (
+        f"improved {outcome.metric_name} {outcome.baseline_score or 0:.4f} → "
+        f"{outcome.score:.4f} ({outcome.improvement_pct or 0:+.2f} %)"
+    )
 
 
 def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
@@ -105,39 +123,27 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             f"{prefix}baseline_score": outcome.baseline_score,
             f"{prefix}improvement_pct": outcome.improvement_pct,
             "evaluation_id": outcome.evaluation_id,
-            "detail": outcome.detail,
+            "detail": evaluation_detail(outcome),
         }
     )
 
 
 def evaluation_result(outcome: EvaluationOutcome) -> VersionResult | None:
-    """What `improves_model` says of a version; None when it was not evaluated."""
-    if outcome.version is None or outcome.status not in (
-        None,
-        EVALUATING,
-        REWARDED,
-        REJECTED,
-        FAILED,
-    ):
+    """What `improves_model` says of an evaluated version: passed unless it was rejected or
+    failed (a benchmark version passes when it scored the model)."""
+    if outcome.version is None or not evaluated(outcome):
         return None
-    figures = {
-        "score": outcome.score,
-        "baseline_score": outcome.baseline_score,
-        "improvement_pct": outcome.improvement_pct,
-    }
-    if outcome.status in (REJECTED, FAILED):
-        return VersionResult(outcome.version, False, outcome.detail, figures)
-    if outcome.score is None:  # claimed elsewhere, or a benchmark that scored nothing
-        return None
-    if outcome.kind == "rescore":
-        return VersionResult(
-            outcome.version, True, f"benchmark scored the model: {outcome.detail}", figures
-        )
-    change = (
-        f"{outcome.metric_name} {outcome.baseline_score:.4f} → {outcome.score:.4f} "
-        f"({outcome.improvement_pct:+.2f} %)"
+    passed = outcome.status not in (REJECTED, FAILED)
+    detail = evaluation_detail(outcome)
+    if passed and outcome.kind == "rescore":
+        detail = f"benchmark scored the model: {detail}"
+    figures = evaluation_metadata(outcome)
+    return VersionResult(
+        outcome.version,
+        passed,
+        detail,
+        {k: v for k, v in figures.items() if k.endswith(("score", "improvement_pct"))},
     )
-    return VersionResult(outcome.version, True, f"improved {change}", figures)
 
 
 @dg.asset_check(

@@ -26,6 +26,7 @@ from assets.partitions import (
     partition_key,
 )
 from assets.resources import MARKETPLACE, MarketplaceResource
+from pipeline.catalog import version_facts
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
@@ -34,6 +35,7 @@ from pipeline.tables import Evaluation, RewardEntry
 from tests.pipeline_support import (
     WALLET_A,
     add_benchmark,
+    add_external,
     add_tickets_model,
     contribute,
     job,
@@ -147,6 +149,8 @@ def test_good_contribution_is_evaluated_and_rewarded(
     assert quality["checked"] == 1 and quality["failed"] == 0
     evaluated = metadata(result, "evaluation")
     assert evaluated["metric"] == "accuracy" and evaluated["status"] == "accepted"
+    assert evaluated["detail"].startswith("improved accuracy")  # not "rewards pending"
+    assert "pending" not in evaluated["detail"]
     assert evaluated["improvement_pct"] > 10
     assert evaluated["score"] > evaluated["baseline_score"]
     assert checks(result)["improves_model"].description.startswith("improved accuracy")
@@ -163,7 +167,11 @@ def test_low_quality_contribution_is_rejected_and_its_check_blocks_evaluation(
     settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
 ) -> None:
     add_benchmark(db, store)
-    materialize(settings, instance, 1, ["v1"])  # the benchmark's own run
+    first = materialize(settings, instance, 1, ["v1"])  # the benchmark's own run
+    assert checks(first)["quality_thresholds"].passed  # benchmarks are not checked for quality
+    assert checks(first)["quality_thresholds"].description == (
+        "nothing to check for v1 in this run (benchmark)"
+    )
     job_id, version = contribute(db, store, churn_rows(50, seed=3) * 3, with_manifest=manifest())
 
     result = materialize(settings, instance, 1, [version])
@@ -307,6 +315,40 @@ def test_rejected_own_partition_fails_beside_versions_that_go_on(
         )
     assert metadata(rescore, "evaluation")["status"] == "rejected"
     assert metadata(rescore, "evaluation")["model_score"] > 0
+
+
+@sqlite_only
+def test_unreadable_version_and_one_waiting_for_a_benchmark_show_where_they_stand(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    junk = add_external(db, store, b"\x00\x01 not,a\ncsv\x00", filename="x.parquet",
+                        file_format="parquet")  # fmt: skip
+    waiting_id, waiting = contribute(db, store, with_manifest=manifest())  # no benchmark yet
+
+    result = materialize(settings, instance, 1, [junk, waiting])
+
+    assert result.success
+    unreadable = checks(result, f"1__{junk}")["readable"]
+    assert not unreadable.passed and unreadable.severity == dg.AssetCheckSeverity.ERROR
+    [external] = version_facts(db, 1, [junk]).values()
+    assert unreadable.description == external.reason
+    assert (external.reason or "").startswith("unreadable dataset: not a valid PARQUET file")
+    described = partition_metadata(result, "dataset_version", f"1__{junk}")
+    assert described["readable"] == dg.BoolMetadataValue(False)
+    assert (described["kind"].value, described["submitter"].value) == ("external", "external")
+    assert "dagster/row_count" not in described
+    for name in ("quality_report", "pii_report", "evaluation", "rewards"):
+        assert f"1__{junk}" not in materialized(instance, name), name
+    # Passed its checks, but nothing to measure against: not evaluated, not paid, not failed.
+    assert job(db, waiting_id).status == "queued"
+    assert metadata(result, "evaluation")["status"] == "queued"
+    assert "waiting for a benchmark" in metadata(result, "evaluation")["reason"]
+    pending = checks(result)["improves_model"]
+    assert pending.passed
+    assert (
+        pending.description == f"nothing to check for {waiting} in this run (contribution, queued)"
+    )
+    assert materialized(instance, "rewards") == set()
 
 
 @sqlite_only
