@@ -73,24 +73,25 @@ def judge(
     marketplace: MarketplaceResource,
     what: str,
     figures: Callable[[CheckOutcome], dict[str, Any]],
-    *,
-    failure_prefix: str | None = None,
+    describe: Callable[[CheckOutcome], str] | None = None,
 ) -> dg.AssetCheckResult:
     """A check step's results on each version's partition (see `assets.reporting`).
 
-    A failure's description is the rejected job's reason: `{what} failed: {summary}`, or
-    `{failure_prefix}{summary}` when given.
+    A failure's description is the job's reason (what the API shows), else `{what} failed:
+    {summary}`; a pass says `describe(outcome)`, else `{what} passed: {summary}`.
     """
     db = marketplace.services.db
     batch_verdict = verdict(batch, outcomes, db, what)
-    prefix = f"{what} failed: " if failure_prefix is None else failure_prefix
+    failed = [o.version for o in outcomes if not o.passed]
+    reasons = {v: f.reason for v, f in version_facts(db, batch.model_id, failed).items()}
+
+    def described(o: CheckOutcome) -> str:
+        if not o.passed:
+            return reasons.get(o.version) or f"{what} failed: {o.summary}"
+        return describe(o) if describe is not None else f"{what} passed: {o.summary}"
+
     results = [
-        VersionResult(
-            o.version,
-            o.passed,
-            f"{what} passed: {o.summary}" if o.passed else f"{prefix}{o.summary}",
-            {"passed": o.passed, **figures(o)},
-        )
+        VersionResult(o.version, o.passed, described(o), {"passed": o.passed, **figures(o)})
         for o in outcomes
     ]
     return report_check(
@@ -215,14 +216,16 @@ def dataset_version_readable(
     dataset_version: StepResult,
     marketplace: MarketplaceResource,
 ) -> dg.AssetCheckResult:
+    rows = {s.version: s.rows for s in dataset_version.outcomes if s.readable}
+
     return judge(
         context,
         dataset_version.batch,
         readability_outcomes(dataset_version.outcomes),
         marketplace,
         "reading",
-        lambda o: {},
-        failure_prefix="",
+        lambda o: {"rows": rows.get(o.version)},
+        lambda o: f"readable: {rows[o.version]} rows",
     )
 
 

@@ -166,7 +166,7 @@ def standing_result(db: Database, batch: Batch) -> VersionResult:
     if facts is None:
         return VersionResult(batch.version, True, f"no stored version {batch.version}")
     standing = ", ".join(filter(None, [facts.kind, facts.status]))
-    if facts.rejected:
+    if facts.failed_or_rejected:
         return VersionResult(
             facts.version,
             False,

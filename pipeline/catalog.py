@@ -40,8 +40,8 @@ class VersionFacts:
     tokens: float | None = None
 
     @property
-    def rejected(self) -> bool:
-        """The version's job ended without being accepted (rejected, or failed)."""
+    def failed_or_rejected(self) -> bool:
+        """The version's job ended without being accepted."""
         return self.status in ("rejected", "failed")
 
 

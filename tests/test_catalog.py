@@ -58,7 +58,7 @@ def test_version_facts_name_file_origin_and_standing(settings: Settings, db: Dat
         "alice",
         "queued",
     )
-    assert mine.spec_id is None and not mine.rejected
+    assert mine.spec_id is None and not mine.failed_or_rejected
     with store.local_path(dataset_key(1, version, ROWS_FILENAME)) as path:
         assert mine.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert mine.uri == path.as_uri() and mine.size_bytes == path.stat().st_size
