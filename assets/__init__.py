@@ -17,12 +17,12 @@ from assets.datasets import (
     quality_report,
     quality_thresholds,
 )
-from assets.evaluation import evaluation, rewards
+from assets.evaluation import evaluation, improves_model, rewards
 from assets.partitions import EVALUATION_JOB, TAG_CONCURRENCY
 from assets.resources import resource_defs
 
 ASSETS: list[Any] = [dataset_version, quality_report, pii_report, evaluation, rewards]
-ASSET_CHECKS: list[Any] = [dataset_version_readable, quality_thresholds, no_pii]
+ASSET_CHECKS: list[Any] = [dataset_version_readable, quality_thresholds, no_pii, improves_model]
 
 # One run per dataset-version partition: the five assets and their checks. The partitions are
 # the assets' own (`dataset_versions`; dagster 1.13 infers them and deprecates passing them).

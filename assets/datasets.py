@@ -2,26 +2,35 @@
 
 One partition per dataset version (`{model_id}__{version}`). A run for a partition claims every
 pending version of the model up to it (`pipeline.batches.claim_batch`), so the assets below
-work on that batch and log materializations for the batch's other partitions too.
+work on that batch and report each version on its own partition (`assets.reporting`): the
+version's file with Dagster's standard metadata, its figures, and its check results.
 
 The checks are blocking: when a version fails one, it is `rejected` at once, and when nothing is
 left for evaluation (no other version of the batch, no re-score), the check fails with ERROR
-severity so evaluation and rewards do not run. A failure beside versions that go on is reported
-with WARN severity: the failed version is already out of the batch.
+severity so evaluation and rewards do not run. When the run's own version fails beside versions
+that go on, its failure has WARN severity (ERROR would stop the others); the failed version is
+already out of the batch.
 """
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
 
 from assets.partitions import TAG_TRIGGER, dataset_versions, parse_partition_key
+from assets.reporting import (
+    VersionResult,
+    metadata_values,
+    own_facts,
+    report_check,
+    report_materializations,
+)
 from assets.resources import MarketplaceResource
 from pipeline.batches import Batch, StepResult, claim_batch
+from pipeline.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
 from pipeline.checks import (
     CheckOutcome,
-    CheckVerdict,
     VersionSummary,
     describe_batch,
     readability_outcomes,
@@ -29,6 +38,7 @@ from pipeline.checks import (
     run_quality_checks,
     verdict,
 )
+from pipeline.db import Database
 
 GROUP = "dataset_versions"
 
@@ -48,43 +58,96 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> dg.
     return dg.MetadataValue.md("\n".join(lines) if rows else "_nothing in this run_")
 
 
-def log_other_partitions(
-    context: dg.AssetExecutionContext,
+def standing(db: Database, batch: Batch) -> dict[str, Any]:
+    """Where the run's own version stands, for an asset that did not handle it in this run."""
+    facts = own_facts(db, batch)
+    if facts is None:
+        return {}
+    return metadata_values({"kind": facts.kind, "status": facts.status, "reason": facts.reason})
+
+
+def judge(
+    context: dg.AssetCheckExecutionContext,
     batch: Batch,
-    metadata: dict[str, dict[str, Any]] | None = None,
-) -> int:
-    """Record this asset's materialization for the batch's other (debounced) partitions."""
-    logged = 0
-    for item in batch.items:
-        key = item.partition_key
-        if item.version == batch.version:
-            continue
-        if not context.instance.has_dynamic_partition(dataset_versions.name, key):
-            continue
-        context.log_event(
-            dg.AssetMaterialization(
-                asset_key=context.asset_key,
-                partition=key,
-                metadata={
-                    "processed_in_partition": batch.partition_key,
-                    "run_id": context.run_id,
-                    **(metadata or {}).get(item.version, {}),
-                },
-            )
-        )
-        logged += 1
-    return logged
+    outcomes: Sequence[CheckOutcome],
+    marketplace: MarketplaceResource,
+    what: str,
+    figures: Callable[[CheckOutcome], dict[str, Any]],
+    describe: Callable[[CheckOutcome], str] | None = None,
+) -> dg.AssetCheckResult:
+    """A check step's results on each version's partition (see `assets.reporting`).
 
+    A failure's description is the job's reason (what the API shows), else `{what} failed:
+    {summary}`; a pass says `describe(outcome)`, else `{what} passed: {summary}`.
+    """
+    db = marketplace.services.db
+    batch_verdict = verdict(batch, outcomes, db, what)
+    failed = [o.version for o in outcomes if not o.passed]
+    reasons = {v: f.reason for v, f in version_facts(db, batch.model_id, failed).items()}
 
-def check_result(result: CheckVerdict) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
-        passed=result.passed,
-        severity=dg.AssetCheckSeverity.ERROR if result.blocking else dg.AssetCheckSeverity.WARN,
-        description=result.description,
+    def described(o: CheckOutcome) -> str:
+        if not o.passed:
+            return reasons.get(o.version) or f"{what} failed: {o.summary}"
+        return describe(o) if describe is not None else f"{what} passed: {o.summary}"
+
+    results = [
+        VersionResult(o.version, o.passed, described(o), {"passed": o.passed, **figures(o)})
+        for o in outcomes
+    ]
+    return report_check(
+        context,
+        batch,
+        results,
+        db=db,
+        stops_run=batch_verdict.blocking,
         metadata={
-            "failed_versions": ", ".join(result.failed_versions) or "none",
-            "versions": dg.MetadataValue.json(result.metadata),
+            "failed_versions": ", ".join(batch_verdict.failed_versions) or "none",
+            "batch": batch_verdict.description,
         },
+    )
+
+
+def verdict_of(outcome: CheckOutcome) -> str:
+    """A check step's word on a version: a failure rejects it at once (`pipeline.checks`)."""
+    return "passed" if outcome.passed else "rejected"
+
+
+def column_schema(columns: Sequence[SpecColumn]) -> dg.TableSchema:
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name=c.name,
+                type=c.type,
+                description=c.description or None,
+                constraints=dg.TableColumnConstraints(nullable=not c.required, other=c.constraints),
+            )
+            for c in columns
+        ]
+    )
+
+
+def version_metadata(
+    facts: VersionFacts | None, summary: VersionSummary | None, schema: dg.TableSchema
+) -> dict[str, Any]:
+    """A dataset version as a data engineer looks for it: Dagster's standard keys first."""
+    if facts is None:
+        return {}
+    rows = summary.rows if summary is not None and summary.readable else facts.row_count
+    return metadata_values(
+        {
+            "dagster/uri": facts.uri,
+            "dagster/row_count": rows,
+            "dagster/column_schema": schema,
+            "kind": facts.kind,
+            "file_format": facts.file_format,
+            "size_bytes": facts.size_bytes,
+            "sha256": facts.sha256,
+            "job_id": facts.job_id,
+            "spec_id": facts.spec_id,
+            "submitter": facts.submitter,
+            "readable": summary.readable if summary is not None else None,
+            "error": summary.error if summary is not None else None,
+        }
     )
 
 
@@ -108,21 +171,23 @@ def dataset_version(
         run_id=context.run_id,
     )
     summaries = describe_batch(svc, batch)
-    per_version = {
-        s.version: {"rows": s.rows, "kind": s.kind, "readable": s.readable} for s in summaries
-    }
-    log_other_partitions(context, batch, per_version)
+    facts = version_facts(svc.db, model_id, [*batch.versions, version])
+    schema = column_schema(model_spec_columns(svc.db, model_id))
+    per_version = {s.version: version_metadata(facts.get(s.version), s, schema) for s in summaries}
+    report_materializations(context, batch, per_version)
     context.log.info(
         f"model {model_id}: processing {', '.join(batch.versions) or 'no pending version'}"
         + ("; re-scoring the model" if batch.rescore else "")
     )
+    own = per_version.get(version) or version_metadata(facts.get(version), None, schema)
     return dg.MaterializeResult(
         value=StepResult(batch, tuple(summaries)),
         metadata={
+            **own,
             "model_id": model_id,
             "trigger": batch.trigger,
             "versions": ", ".join(batch.versions) or "none pending",
-            "row_count": sum(s.rows for s in summaries),
+            "batch_rows": sum(s.rows for s in summaries),
             "rescore": batch.rescore,
             "datasets": _summary_table(summaries),
         },
@@ -147,11 +212,20 @@ def _summary_table(summaries: Sequence[VersionSummary]) -> dg.MetadataValue:
     description="Every version of the batch is a valid CSV, JSON or Parquet file (spec §8).",
 )
 def dataset_version_readable(
-    dataset_version: StepResult, marketplace: MarketplaceResource
+    context: dg.AssetCheckExecutionContext,
+    dataset_version: StepResult,
+    marketplace: MarketplaceResource,
 ) -> dg.AssetCheckResult:
-    outcomes = readability_outcomes(dataset_version.outcomes)
-    return check_result(
-        verdict(dataset_version.batch, outcomes, marketplace.services.db, "reading")
+    rows = {s.version: s.rows for s in dataset_version.outcomes if s.readable}
+
+    return judge(
+        context,
+        dataset_version.batch,
+        readability_outcomes(dataset_version.outcomes),
+        marketplace,
+        "reading",
+        lambda o: {"rows": rows.get(o.version)},
+        lambda o: f"readable: {rows[o.version]} rows",
     )
 
 
@@ -173,6 +247,10 @@ def _outcome_table(outcomes: Sequence[CheckOutcome], columns: Sequence[str]) -> 
 QUALITY_COLUMNS = ("row_count", "completeness", "uniqueness", "schema_violations")
 
 
+def quality_figures(outcome: CheckOutcome) -> dict[str, Any]:
+    return {name: outcome.figures.get(name) for name in QUALITY_COLUMNS}
+
+
 @dg.asset(
     partitions_def=dataset_versions,
     group_name=GROUP,
@@ -187,12 +265,16 @@ def quality_report(
 ) -> dg.MaterializeResult:
     batch = dataset_version.batch
     outcomes = run_quality_checks(marketplace.services, batch)
-    log_other_partitions(
-        context, batch, {o.version: {"passed": o.passed, **o.figures} for o in outcomes}
-    )
+    per_version = {
+        o.version: {"verdict": verdict_of(o), **quality_figures(o), "summary": o.summary}
+        for o in outcomes
+    }
+    report_materializations(context, batch, per_version)
+    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
     return dg.MaterializeResult(
         value=StepResult(batch, tuple(outcomes)),
         metadata={
+            **metadata_values(own),
             "checked": len(outcomes),
             "failed": sum(not o.passed for o in outcomes),
             "strict": marketplace.services.settings.data_validation_strict,
@@ -210,16 +292,29 @@ def quality_report(
     "compliance (warnings fail too with DATA_VALIDATION_STRICT=true).",
 )
 def quality_thresholds(
-    quality_report: StepResult, marketplace: MarketplaceResource
+    context: dg.AssetCheckExecutionContext,
+    quality_report: StepResult,
+    marketplace: MarketplaceResource,
 ) -> dg.AssetCheckResult:
-    return check_result(
-        verdict(
-            quality_report.batch,
-            quality_report.outcomes,
-            marketplace.services.db,
-            "quality checks",
-        )
+    return judge(
+        context,
+        quality_report.batch,
+        quality_report.outcomes,
+        marketplace,
+        "quality checks",
+        quality_figures,
     )
+
+
+def pii_figures(outcome: CheckOutcome) -> dict[str, Any]:
+    """The scan's counts: findings is the number of sampled values holding PII."""
+    findings: dict[str, dict[str, int]] = outcome.figures.get("findings") or {}
+    return {
+        "findings": sum(n for counts in findings.values() for n in counts.values()),
+        "pii_columns": ", ".join(findings),
+        "entity_types": ", ".join(sorted({e for counts in findings.values() for e in counts})),
+        "scanned_values": outcome.figures.get("scanned_values"),
+    }
 
 
 @dg.asset(
@@ -236,17 +331,21 @@ def pii_report(
 ) -> dg.MaterializeResult:
     batch = dataset_version.batch
     outcomes = run_pii_scans(marketplace.services, batch)
-    log_other_partitions(
-        context, batch, {o.version: {"passed": o.passed, "summary": o.summary} for o in outcomes}
-    )
+    per_version = {
+        o.version: {"verdict": verdict_of(o), **pii_figures(o), "summary": o.summary}
+        for o in outcomes
+    }
+    report_materializations(context, batch, per_version)
+    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
     return dg.MaterializeResult(
         value=StepResult(batch, tuple(outcomes)),
         metadata={
+            **metadata_values(own),
             "enabled": marketplace.services.settings.enable_pii_detection,
             "scanned": len(outcomes),
             "with_pii": sum(not o.passed for o in outcomes),
-            "scanned_values": sum(int(o.figures.get("scanned_values", 0)) for o in outcomes),
-            "findings": _outcome_table(outcomes, ("scanned_values",)),
+            "batch_scanned_values": sum(int(o.figures.get("scanned_values", 0)) for o in outcomes),
+            "batch_findings": _outcome_table(outcomes, ("scanned_values",)),
         },
     )
 
@@ -258,7 +357,11 @@ def pii_report(
     partitions_def=dataset_versions,
     description="No e-mail, phone, card, IBAN, SSN, IP, URL or wallet address in text columns.",
 )
-def no_pii(pii_report: StepResult, marketplace: MarketplaceResource) -> dg.AssetCheckResult:
-    return check_result(
-        verdict(pii_report.batch, pii_report.outcomes, marketplace.services.db, "PII scan")
+def no_pii(
+    context: dg.AssetCheckExecutionContext,
+    pii_report: StepResult,
+    marketplace: MarketplaceResource,
+) -> dg.AssetCheckResult:
+    return judge(
+        context, pii_report.batch, pii_report.outcomes, marketplace, "PII scan", pii_figures
     )

@@ -2,7 +2,9 @@
 
 A good contribution is rewarded with ledger rows; a low-quality or PII contribution is rejected
 and its blocking check stops evaluation and rewards; a re-run writes no second ledger row; one
-debounced run processes every pending version and shows each partition materialized.
+debounced run processes every pending version and reports each on its own partition: the
+rejected one with its failed check and no evaluation or reward, even as the run's own partition
+or in a later re-score of it. (The same seen through the webserver: test_dagster_ui.py.)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from assets.partitions import (
     partition_key,
 )
 from assets.resources import MARKETPLACE, MarketplaceResource
+from pipeline.catalog import version_facts
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.demo.churn_data import churn_rows
@@ -32,6 +35,7 @@ from pipeline.tables import Evaluation, RewardEntry
 from tests.pipeline_support import (
     WALLET_A,
     add_benchmark,
+    add_external,
     add_tickets_model,
     contribute,
     job,
@@ -40,6 +44,7 @@ from tests.pipeline_support import (
 )
 
 ASSET_NAMES = ["dataset_version", "quality_report", "pii_report", "evaluation", "rewards"]
+CHECK_NAMES = {"readable", "quality_thresholds", "no_pii", "improves_model"}
 
 # The domain runs on both backends in test_processing.py; here only the good path does too.
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -89,8 +94,18 @@ def metadata(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
     return {key: value.value for key, value in own.metadata.items()}
 
 
-def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+def checks(
+    result: dg.ExecuteInProcessResult, partition: str | None = None
+) -> dict[str, dg.AssetCheckEvaluation]:
+    """The run's check evaluations on `partition` (default: the run's own), by check name."""
+    wanted = partition or result.dagster_run.tags.get("dagster/partition")
+    return {e.check_name: e for e in result.get_asset_check_evaluations() if e.partition == wanted}
+
+
+def partition_metadata(result: dg.ExecuteInProcessResult, node: str, key: str) -> dict[str, Any]:
+    """The raw metadata values of the node's materialization for partition `key`."""
+    [event] = [m for m in result.asset_materializations_for_node(node) if m.partition == key]
+    return dict(event.metadata)
 
 
 def materialized(instance: dg.DagsterInstance, name: str) -> set[str]:
@@ -111,23 +126,39 @@ def test_good_contribution_is_evaluated_and_rewarded(
     result = materialize(settings, instance, 1, [bench, version])
 
     assert result.success
-    for name in ASSET_NAMES:
-        assert materialized(instance, name) == {f"1__{bench}", f"1__{version}"}
+    both, contribution = {f"1__{bench}", f"1__{version}"}, {f"1__{version}"}
+    # Benchmarks are read and scored, not checked for quality or PII, and not paid.
+    for name, partitions in [
+        ("dataset_version", both),
+        ("quality_report", contribution),
+        ("pii_report", contribution),
+        ("evaluation", both),
+        ("rewards", contribution),
+    ]:
+        assert materialized(instance, name) == partitions, name
     assert all(c.passed for c in checks(result).values())
-    assert set(checks(result)) == {"readable", "quality_thresholds", "no_pii"}
+    assert set(checks(result)) == CHECK_NAMES
+    assert {c.check_name for c in checks(result, f"1__{bench}").values()} == {
+        "readable",
+        "improves_model",
+    }
     read = metadata(result, "dataset_version")
-    assert read["row_count"] == 300 + 200 and read["versions"] == f"{bench}, {version}"
+    assert read["batch_rows"] == 300 + 200 and read["versions"] == f"{bench}, {version}"
+    assert read["dagster/row_count"] == 200 and read["job_id"] == job_id
     quality = metadata(result, "quality_report")
     assert quality["checked"] == 1 and quality["failed"] == 0
     evaluated = metadata(result, "evaluation")
-    assert evaluated["metric"] == "accuracy"
+    assert evaluated["metric"] == "accuracy" and evaluated["status"] == "accepted"
+    assert evaluated["detail"].startswith("improved accuracy")  # not "rewards pending"
+    assert "pending" not in evaluated["detail"]
     assert evaluated["improvement_pct"] > 10
     assert evaluated["score"] > evaluated["baseline_score"]
+    assert checks(result)["improves_model"].description.startswith("improved accuracy")
     paid = metadata(result, "rewards")
     row = job(db, job_id)
     assert row.status == "rewarded"
     assert paid["tokens"] == pytest.approx(row.tokens) and paid["tokens"] > 0
-    assert paid["ledger_entries"] == 1
+    assert paid["ledger_entries"] == 1 and paid["status"] == "rewarded"
     assert ledger_count(db) == 1
 
 
@@ -136,7 +167,11 @@ def test_low_quality_contribution_is_rejected_and_its_check_blocks_evaluation(
     settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
 ) -> None:
     add_benchmark(db, store)
-    materialize(settings, instance, 1, ["v1"])  # the benchmark's own run
+    first = materialize(settings, instance, 1, ["v1"])  # the benchmark's own run
+    assert checks(first)["quality_thresholds"].passed  # benchmarks are not checked for quality
+    assert checks(first)["quality_thresholds"].description == (
+        "nothing to check for v1 in this run (benchmark)"
+    )
     job_id, version = contribute(db, store, churn_rows(50, seed=3) * 3, with_manifest=manifest())
 
     result = materialize(settings, instance, 1, [version])
@@ -202,7 +237,39 @@ def test_rerun_of_a_partition_writes_no_duplicate_ledger_rows(
 
 
 @sqlite_only
-def test_debounced_run_processes_every_version_and_shows_each_partition(
+def test_debounced_run_reports_a_rejected_version_on_its_own_partition(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    _, bench = add_benchmark(db, store)
+    bad_id, bad = contribute(db, store, churn_rows(30, seed=9))
+    good_id, good = contribute(db, store, seed=40, with_manifest=manifest())
+
+    result = materialize(settings, instance, 1, [bench, bad, good])  # the run of `good`
+
+    assert result.success
+    assert (job(db, bad_id).status, job(db, good_id).status) == ("rejected", "rewarded")
+    failed = checks(result, f"1__{bad}")["quality_thresholds"]
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+    assert failed.description == job(db, bad_id).reason
+    assert "rows 30 (at least 100 required)" in (failed.description or "")
+    assert failed.metadata["row_count"] == dg.IntMetadataValue(30)
+    assert failed.target_materialization_data is not None  # so the UI counts it as current
+    # Its partition stops at the failed check, as a run of its own would (the PII scan runs
+    # beside the quality checks, so it may have seen the version first).
+    assert "improves_model" not in checks(result, f"1__{bad}")
+    for name in ("evaluation", "rewards"):
+        assert f"1__{bad}" not in materialized(instance, name), name
+    assert checks(result)["quality_thresholds"].passed  # the run's own version
+    assert checks(result)["improves_model"].passed
+    # Every version's file is described on its partition, the rejected one too.
+    described = partition_metadata(result, "dataset_version", f"1__{bad}")
+    assert described["dagster/row_count"] == dg.IntMetadataValue(30)
+    assert described["job_id"].value == bad_id and described["kind"].value == "contribution"
+    assert described["processed_in_partition"].value == f"1__{good}"
+
+
+@sqlite_only
+def test_rejected_own_partition_fails_beside_versions_that_go_on(
     settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
 ) -> None:
     _, bench = add_benchmark(db, store)
@@ -210,24 +277,117 @@ def test_debounced_run_processes_every_version_and_shows_each_partition(
     bad_id, bad = contribute(db, store, churn_rows(30, seed=9))
     versions = [bench, *(v for _, v in good), bad]
 
-    result = materialize(settings, instance, 1, versions)
+    result = materialize(settings, instance, 1, versions)  # the run of `bad`
 
-    # The bad version failed its check, but the others went on: the failure is a warning.
+    # The own version failed, the others went on: ERROR would have stopped them.
     assert result.success
     quality = checks(result)["quality_thresholds"]
     assert not quality.passed and quality.severity == dg.AssetCheckSeverity.WARN
-    for name in ASSET_NAMES:
-        assert materialized(instance, name) == {f"1__{v}" for v in versions}, name
+    assert quality.description == job(db, bad_id).reason
+    # The check it never reached fails too, naming why, and no output calls it accepted.
+    unreached = checks(result)["improves_model"]
+    assert not unreached.passed and unreached.severity == dg.AssetCheckSeverity.ERROR
+    assert f"is rejected: {job(db, bad_id).reason}" in (unreached.description or "")
+    assert metadata(result, "evaluation")["status"] == "rejected"
+    assert metadata(result, "evaluation")["reason"] == job(db, bad_id).reason
+    assert f"1__{bad}" not in materialized(instance, "rewards")  # only paid versions have one
     assert job(db, good[0][0]).status == "rewarded"
-    assert job(db, good[1][0]).status in {"rewarded", "rejected"}
-    assert job(db, bad_id).status == "rejected"
-    assert ledger_count(db) >= 1
+    first = checks(result, f"1__{good[0][1]}")
+    assert set(first) == CHECK_NAMES and all(c.passed for c in first.values())
+    assert f"1__{good[0][1]}" in materialized(instance, "rewards")
     other = [
         m
         for m in result.asset_materializations_for_node("evaluation")
         if m.partition == f"1__{good[0][1]}"
     ]
-    assert other and other[0].metadata["processed_in_partition"].value == f"1__{bad}"
+    assert other[0].metadata["processed_in_partition"].value == f"1__{bad}"
+    assert other[0].metadata["status"].value == "accepted"
+    assert ledger_count(db) >= 1
+
+    # A scheduled re-score runs on the model's newest partition: it must not make it healthy.
+    rescore = materialize(settings, instance, 1, [bad], trigger="schedule")
+    assert rescore.success
+    assert metadata(rescore, "dataset_version")["versions"] == "none pending"
+    for name, evaluation in checks(rescore).items():
+        assert not evaluation.passed, name
+        assert evaluation.description == f"not checked in this run: {bad} is rejected: " + (
+            job(db, bad_id).reason or ""
+        )
+    assert metadata(rescore, "evaluation")["status"] == "rejected"
+    assert metadata(rescore, "evaluation")["model_score"] > 0
+
+
+@sqlite_only
+def test_unreadable_version_and_one_waiting_for_a_benchmark_show_where_they_stand(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    junk = add_external(db, store, b"\x00\x01 not,a\ncsv\x00", filename="x.parquet",
+                        file_format="parquet")  # fmt: skip
+    waiting_id, waiting = contribute(db, store, with_manifest=manifest())  # no benchmark yet
+
+    result = materialize(settings, instance, 1, [junk, waiting])
+
+    assert result.success
+    unreadable = checks(result, f"1__{junk}")["readable"]
+    assert not unreadable.passed and unreadable.severity == dg.AssetCheckSeverity.ERROR
+    [external] = version_facts(db, 1, [junk]).values()
+    assert unreadable.description == external.reason
+    assert (external.reason or "").startswith("unreadable dataset: not a valid PARQUET file")
+    described = partition_metadata(result, "dataset_version", f"1__{junk}")
+    assert described["readable"] == dg.BoolMetadataValue(False)
+    assert (described["kind"].value, described["submitter"].value) == ("external", "external")
+    assert "dagster/row_count" not in described
+    for name in ("quality_report", "pii_report", "evaluation", "rewards"):
+        assert f"1__{junk}" not in materialized(instance, name), name
+    # Passed its checks, but nothing to measure against: not evaluated, not paid, not failed.
+    assert job(db, waiting_id).status == "queued"
+    assert metadata(result, "evaluation")["status"] == "queued"
+    assert "waiting for a benchmark" in metadata(result, "evaluation")["reason"]
+    pending = checks(result)["improves_model"]
+    assert pending.passed
+    assert (
+        pending.description == f"nothing to check for {waiting} in this run (contribution, queued)"
+    )
+    assert materialized(instance, "rewards") == set()
+
+
+@sqlite_only
+def test_figures_are_numbers_so_dagster_plots_them(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    model_id = add_tickets_model(db)
+    _, bench = add_benchmark(
+        db, store, ticket_rows(150, seed=1), model_id=model_id, target_column="escalated"
+    )
+    _, pii = contribute(db, store, ticket_rows(200, with_emails=True, seed=2), model_id=model_id)
+    _, good = contribute(
+        db, store, ticket_rows(200, seed=3), model_id=model_id, with_manifest=manifest()
+    )
+
+    result = materialize(settings, instance, model_id, [bench, pii, good])
+
+    def values(node: str, version: str) -> dict[str, Any]:
+        return partition_metadata(result, node, f"{model_id}__{version}")
+
+    quality = values("quality_report", good)
+    for name in ("completeness", "uniqueness"):
+        assert isinstance(quality[name], dg.FloatMetadataValue), name
+    assert isinstance(quality["row_count"], dg.IntMetadataValue)
+    found = values("pii_report", pii)
+    assert isinstance(found["findings"], dg.IntMetadataValue) and found["findings"].value >= 60
+    assert found["pii_columns"].value == "comment"
+    assert values("pii_report", good)["findings"] == dg.IntMetadataValue(0)
+    no_pii = checks(result, f"{model_id}__{pii}")["no_pii"]
+    assert not no_pii.passed and "EMAIL_ADDRESS" in (no_pii.description or "")
+    scored = values("evaluation", good)
+    for name in ("score", "baseline_score", "improvement_pct"):
+        assert isinstance(scored[name], dg.FloatMetadataValue), name
+    paid = values("rewards", good)
+    assert isinstance(paid["tokens"], dg.FloatMetadataValue)
+    assert paid["status"].value in {"rewarded", "rejected"}
+    schema = values("dataset_version", good)["dagster/column_schema"].value
+    assert [c.name for c in schema.columns] == ["wait_minutes", "comment", "escalated"]
+    assert [c.type for c in schema.columns] == ["int64", "string", "int64"]
 
 
 @sqlite_only
@@ -245,11 +405,7 @@ def test_evaluation_job_targets_the_five_assets_with_the_concurrency_tag(
     assert job_def.partitions_def == dataset_versions
     keys = {key.to_user_string() for key in job_def.asset_layer.executable_asset_keys}
     assert keys == set(ASSET_NAMES)
-    assert {c.name for c in job_def.asset_layer.asset_graph.asset_check_keys} == {
-        "readable",
-        "quality_thresholds",
-        "no_pii",
-    }
+    assert {c.name for c in job_def.asset_layer.asset_graph.asset_check_keys} == CHECK_NAMES
 
 
 @sqlite_only
