@@ -21,9 +21,32 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def _interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+
+
+def _integrity(counts: dict[str, Any] | None) -> str:
+    """The integrity check's counts (benchmark copies, known and novel rows), when present."""
+    if not counts:
+        return ""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int | float))
+
+
 def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue:
     return markdown_table(
-        ["version", "kind", "metric", "score", "baseline", "improvement %", "status", "detail"],
+        [
+            "version",
+            "kind",
+            "metric",
+            "score",
+            "baseline",
+            "share %",
+            "pool %",
+            "interval %",
+            "batch",
+            "status",
+            "detail",
+        ],
         [
             (
                 o.version or "(model)",
@@ -32,6 +55,9 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.score),
                 _fmt(o.baseline_score),
                 _fmt(o.improvement_pct, 2),
+                _fmt(o.pool_pct, 2),
+                _interval(o.interval_low, o.interval_high),
+                "" if o.batch_size is None else str(o.batch_size),
                 o.status or "",
                 o.detail,
             )
@@ -78,17 +104,37 @@ def evaluation(
             baseline_score=main.baseline_score,
             improvement_pct=main.improvement_pct,
         )
+        if main.pool_pct is not None:
+            metadata.update(
+                pool_pct=main.pool_pct,
+                interval=_interval(main.interval_low, main.interval_high),
+                batch_size=main.batch_size,
+            )
     return dg.MaterializeResult(value=StepResult(batch, tuple(outcomes)), metadata=metadata)
 
 
 def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
     return markdown_table(
-        ["version", "tokens paid", "tokens earned", "recipients", "detail"],
+        [
+            "version",
+            "tokens paid",
+            "tokens earned",
+            "share %",
+            "pool %",
+            "interval %",
+            "integrity",
+            "recipients",
+            "detail",
+        ],
         [
             (
                 r.version,
                 f"{r.tokens:g}",
                 f"{r.earned:g}",
+                _fmt(r.share_pct, 2),
+                _fmt(r.pool_pct, 2),
+                _interval(*((r.interval or {}).get(k) for k in ("low", "high"))),
+                _integrity(r.integrity),
                 ", ".join(f"{p['wallet']} ({p['tokens']:g})" for p in r.recipients) or "none",
                 r.detail,
             )
@@ -111,13 +157,32 @@ def rewards(
     batch = evaluation.batch
     paid = pay_batch(marketplace.services, batch.model_id, evaluation.outcomes)
     log_other_partitions(
-        context, batch, {r.version: {"tokens": r.tokens, "detail": r.detail} for r in paid}
+        context,
+        batch,
+        {
+            r.version: {
+                "tokens": r.tokens,
+                "share_pct": r.share_pct,
+                "pool_pct": r.pool_pct,
+                "detail": r.detail,
+            }
+            for r in paid
+        },
     )
-    return dg.MaterializeResult(
-        metadata={
-            "tokens": sum(r.tokens for r in paid),
-            "rewarded_versions": ", ".join(r.version for r in paid if r.tokens > 0) or "none",
-            "ledger_entries": sum(len(r.recipients) for r in paid),
-            "rewards": _reward_table(paid),
-        }
-    )
+    metadata: dict[str, Any] = {
+        "tokens": sum(r.tokens for r in paid),
+        "rewarded_versions": ", ".join(r.version for r in paid if r.tokens > 0) or "none",
+        "ledger_entries": sum(len(r.recipients) for r in paid),
+        "rewards": _reward_table(paid),
+    }
+    # The pool and interval of the run's valuation (one per run, unless stranded jobs of an
+    # earlier run were paid too: then the table has each).
+    valued = {
+        (r.pool_pct, _interval(*((r.interval or {}).get(k) for k in ("low", "high"))))
+        for r in paid
+        if r.pool_pct is not None
+    }
+    if len(valued) == 1:
+        [(pool, interval)] = valued
+        metadata.update(pool_pct=pool, interval=interval)
+    return dg.MaterializeResult(metadata=metadata)

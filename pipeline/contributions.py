@@ -17,6 +17,7 @@ from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import Contribution, DatasetVersion, isoformat_utc
 from pipeline.validation import validator_for
+from pipeline.valuation import valuation_view
 
 ROWS_FILENAME = "rows.parquet"
 MANIFEST_FILENAME = "manifest.json"
@@ -191,6 +192,7 @@ def contribution_view(job: Contribution) -> dict[str, Any]:
         "quality": job.quality,
         "improvementPct": job.improvement_pct,
         "tokens": job.tokens,
+        "valuation": valuation_view(job.quality),
         "createdAt": isoformat_utc(job.created_at),
         "updatedAt": isoformat_utc(job.updated_at),
     }

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
 
 from pipeline.batches import (
     EVALUATING,
@@ -181,16 +181,18 @@ def accepted_items(
         rows = session.execute(
             select(Contribution.id, DatasetVersion)
             .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
-            .where(
-                Contribution.model_id == model_id,
-                or_(
-                    Contribution.status == REWARDED,
-                    and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
-                ),
-            )
+            .where(Contribution.model_id == model_id, accepted_contribution())
             .order_by(DatasetVersion.version_number)
         ).all()
     return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
+
+
+def accepted_contribution() -> ColumnElement[bool]:
+    """SQL condition of a contribution whose rows train the model (see the module docstring)."""
+    return or_(
+        Contribution.status == REWARDED,
+        and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
+    )
 
 
 def evaluate_batch(svc: Services, batch: Batch) -> list[EvaluationOutcome]:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.evaluation import (
     BenchmarkScorer,
@@ -403,3 +403,36 @@ def _symmetrised(shares: dict[int, float], players: Sequence[Player]) -> dict[in
         mean = math.fsum(shares[i] for i in members) / len(members)
         result.update(dict.fromkeys(members, mean))
     return result
+
+
+def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The job view's `valuation`: pool, share, interval and integrity counts of a job.
+
+    Read from the job's `quality` JSON (`valuation` written by `pipeline.scoring`, `integrity`
+    by the integrity check, `reward` by `pipeline.payouts`); None before valuation.
+    """
+    quality = quality or {}
+    valuation = quality.get("valuation")
+    if not valuation:
+        return None
+    interval = valuation.get("interval")
+    reward = quality.get("reward") or {}
+    return {
+        "valuationId": valuation.get("valuation_id"),
+        "accepted": valuation.get("accepted"),
+        "metricName": valuation.get("metric"),
+        "scoreWithout": valuation.get("score_without"),
+        "scoreWith": valuation.get("score_with"),
+        "poolPct": valuation.get("pool_pct"),
+        "sharePct": valuation.get("share_pct"),
+        "interval": (
+            {k: interval[k] for k in ("low", "high", "level", "resamples")} if interval else None
+        ),
+        "method": valuation.get("method"),
+        "batchSize": valuation.get("batch_size"),
+        "batchRows": valuation.get("batch_rows"),
+        "valuedRows": valuation.get("valued_rows"),
+        "tokensEarned": reward.get("total_tokens"),
+        "cap": reward.get("cap"),
+        "integrity": quality.get("integrity"),
+    }
