@@ -403,7 +403,7 @@ def _record_valuation(
 ) -> dict[str, EvaluationOutcome]:
     """Write every player's Evaluation and job verdict in one transaction."""
     interval = valuation.interval
-    batch_rows = sum(players[key][1].rows for key in valuation.accepted)
+    batch_rows = valuation.accepted_rows
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:

@@ -10,11 +10,14 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
 
 - **Shares**: each contribution's share is its Shapley value in that game; the shares add up to
   the pool v(batch). Up to `exact_max_players` players the value is exact (every coalition is
-  trained); beyond, it is estimated by antithetic permutation sampling with a fixed budget of
-  `shapley_budget` coalitions (`budget // players` permutations, at least 2, seeded), so the
-  cost of a large batch grows with the size of its training sets, not with its players'
-  count. Sampled values of players with identical rows are averaged (symmetry), and every
-  sampled permutation adds up to the pool exactly (efficiency).
+  trained); beyond, it is estimated by KernelSHAP (Lundberg & Lee 2017): a weighted
+  least-squares fit over a fixed budget of `shapley_budget` coalitions (at least 2 per
+  player), constrained to add up to the pool. The coalition sizes the Shapley kernel weighs
+  most (1 and n - 1, then 2 and n - 2, ...) are enumerated whole while the budget allows, the
+  rest sampled in complementary pairs with a fixed seed (`kernel_coalitions`). So the cost of
+  a large batch grows with the size of its training sets, not with its players' count.
+- **Copies**: contributions with identical rows are one player, trained on once; its value
+  is split equally between them, so a copy is neither paid twice nor given a larger part.
 - **Order-free**: players are put in a canonical order (a hash of their rows) before anything
   is trained, so the order in which they were submitted changes nothing.
 - **Non-positive shares**: a contribution whose share is ≤ 0 does not help the model; it is
@@ -58,7 +61,7 @@ SHAPLEY_SEED = 7
 _BLOCK_CELLS = 2_000_000
 
 EXACT = "exact"
-PERMUTATION = "permutation"
+SAMPLED = "kernel_shap"
 # Why a player was rejected: its share was not positive, or the batch was within noise.
 SHARE_REJECTED = "share"
 NOISE = "noise"
@@ -145,6 +148,7 @@ class BatchValuation:
     rejected: dict[str, str] = field(default_factory=dict)  # key -> SHARE_REJECTED | NOISE
 
     shares: dict[str, float] = field(default_factory=dict)
+    accepted_rows: int = 0  # distinct rows of the accepted players (a copy counts once)
     coalitions: int = 0  # models trained
 
     @property
@@ -210,35 +214,79 @@ def exact_shapley(players: Sequence[int], value: Callable[[Coalition], float]) -
     return shares
 
 
-def permutations_for(players: int, budget: int) -> list[list[int]]:
-    """Seeded antithetic permutations of range(players): `budget // players` (even, ≥ 2)."""
+def kernel_coalitions(players: int, budget: int) -> dict[tuple[int, ...], float]:
+    """Coalitions of range(players) and their regression weights for KernelSHAP.
+
+    Coalition sizes are taken in pairs (s, n - s) from the outside in, as the Shapley kernel
+    weighs them most; a pair is enumerated whole while the budget allows, with its kernel
+    weights. The rest of the budget samples the remaining sizes (probability by their kernel
+    weight, uniform within a size) with each coalition's complement, seeded, sharing the
+    remaining weight equally. With a budget of 2^n - 2 every coalition is enumerated and the
+    result is the exact Shapley value.
+    """
     import numpy as np
 
-    count = max(2, budget // max(players, 1))
-    count += count % 2
-    rng = np.random.default_rng(SHAPLEY_SEED)
-    result: list[list[int]] = []
-    for _ in range(count // 2):
-        order = [int(i) for i in rng.permutation(players)]
-        result.extend([order, order[::-1]])
-    return result
+    n = players
+    size_weight = {s: (n - 1) / (s * (n - s)) for s in range(1, n)}
+    scale = math.fsum(size_weight.values())
+    size_weight = {s: w / scale for s, w in size_weight.items()}
+    chosen: dict[tuple[int, ...], float] = {}
+    left = budget
+    remaining = list(range(1, n))
+    for small in range(1, n // 2 + 1):
+        pair = sorted({small, n - small})
+        count = sum(math.comb(n, s) for s in pair)
+        if count > left:
+            break
+        for size in pair:
+            for c in itertools.combinations(range(n), size):
+                chosen[c] = size_weight[size] / math.comb(n, size)
+            remaining.remove(size)
+        left -= count
+    if remaining and left >= 2:
+        rng = np.random.default_rng(SHAPLEY_SEED)
+        mass = math.fsum(size_weight[s] for s in remaining)
+        p = np.array([size_weight[s] / mass for s in remaining])
+        draws = left // 2
+        for _ in range(draws):
+            size = int(rng.choice(remaining, p=p))
+            members = tuple(sorted(int(i) for i in rng.choice(n, size, replace=False)))
+            complement = tuple(i for i in range(n) if i not in members)
+            for c in (members, complement):
+                chosen[c] = chosen.get(c, 0.0) + mass / (2 * draws)
+    return chosen
 
 
-def sampled_shapley(
+def kernel_shapley(
     players: Sequence[int], value: Callable[[Coalition], float], budget: int
 ) -> dict[int, float]:
-    """Shapley values estimated from seeded antithetic permutations (see the module docstring)."""
-    orders = permutations_for(len(players), budget)
-    shares = dict.fromkeys(players, 0.0)
-    for order in orders:
-        previous, prefix = 0.0, frozenset[int]()
-        for position in order:
-            player = players[position]
-            prefix = prefix | {player}
-            current = value(prefix)
-            shares[player] += current - previous
-            previous = current
-    return {p: total / len(orders) for p, total in shares.items()}
+    """Shapley values estimated by KernelSHAP: a weighted least-squares fit of v over the
+    coalitions of `kernel_coalitions`, constrained to add up to v(all players).
+    """
+    import numpy as np
+
+    n = len(players)
+    total = value(frozenset(players))
+    if n == 1:
+        return {players[0]: total}
+    coalitions = kernel_coalitions(n, budget)
+    z = np.zeros((len(coalitions), n))
+    for row, c in enumerate(coalitions):
+        z[row, list(c)] = 1.0
+    y = np.array([value(frozenset(players[i] for i in c)) for c in coalitions])
+    w = np.array(list(coalitions.values()))
+    # Lagrangian of min sum w (y - z phi)^2 subject to sum phi = total.
+    system = np.zeros((n + 1, n + 1))
+    system[:n, :n] = 2 * z.T @ (w[:, None] * z)
+    system[:n, n] = system[n, :n] = 1.0
+    rhs = np.append(2 * z.T @ (w * y), total)
+    solution = np.linalg.lstsq(system, rhs, rcond=None)[0]
+    return {p: float(solution[i]) for i, p in enumerate(players)}
+
+
+def sampling_budget(players: int, budget: int) -> int:
+    """Coalitions KernelSHAP trains: `budget`, but at least every (n-1)- and 1-player one."""
+    return max(budget, 2 * players)
 
 
 def coalitions_needed(players: Sequence[int], exact_max: int, budget: int) -> list[Coalition]:
@@ -249,13 +297,8 @@ def coalitions_needed(players: Sequence[int], exact_max: int, budget: int) -> li
             for k in range(1, len(players) + 1)
             for c in itertools.combinations(players, k)
         ]
-    needed: dict[Coalition, None] = {}
-    for order in permutations_for(len(players), budget):
-        prefix = frozenset[int]()
-        for position in order:
-            prefix = prefix | {players[position]}
-            needed[prefix] = None
-    return list(needed)
+    coalitions = kernel_coalitions(len(players), sampling_budget(len(players), budget))
+    return [frozenset(players[i] for i in c) for c in coalitions] + [frozenset(players)]
 
 
 # --- a batch -----------------------------------------------------------------------------------
@@ -327,38 +370,38 @@ def value_batch(
     higher_is_better: bool,
     settings: ValuationSettings,
 ) -> BatchValuation:
-    """Value a batch's players against the model trained on `base` (see the module docstring)."""
-    ordered = sorted(
-        (
-            p if p.fingerprint else Player(p.key, p.frame, frame_fingerprint(p.frame))
-            for p in players
-        ),
-        key=lambda p: (p.fingerprint, p.key),
-    )
-    game = _Game(scorer, base, ordered, higher_is_better, settings.workers)
-    active = list(range(len(ordered)))
-    method = EXACT if len(active) <= settings.exact_max_players else PERMUTATION
-    rejected: dict[str, str] = {}
-    shares: dict[str, float] = {}
+    """Value a batch's players against the model trained on `base` (see the module docstring).
+
+    Players with identical rows are one player of the game (trained on once), and its value is
+    split equally between them: a copy neither doubles the pay nor takes a bigger part of the
+    pool from the others.
+    """
+    groups: dict[str, list[Player]] = {}
+    for player in players:
+        fingerprint = player.fingerprint or frame_fingerprint(player.frame)
+        groups.setdefault(fingerprint, []).append(Player(player.key, player.frame, fingerprint))
+    # Canonical order (by content): the submission order changes nothing.
+    units = [sorted(groups[f], key=lambda p: p.key) for f in sorted(groups)]
+    game = _Game(scorer, base, [unit[0] for unit in units], higher_is_better, settings.workers)
+    active = list(range(len(units)))
+    method = EXACT if len(active) <= settings.exact_max_players else SAMPLED
+    rejected: dict[int, str] = {}
+    shares: dict[int, float] = {}
     while active:
-        exact = len(active) <= settings.exact_max_players
         game.prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
-        if exact:
+        if len(active) <= settings.exact_max_players:
             round_shares = exact_shapley(active, game.value)
         else:
-            round_shares = _symmetrised(
-                sampled_shapley(active, game.value, settings.shapley_budget), ordered
-            )
-        for i, share in round_shares.items():
-            shares[ordered[i].key] = share
+            budget = sampling_budget(len(active), settings.shapley_budget)
+            round_shares = kernel_shapley(active, game.value, budget)
+        shares.update(round_shares)
         losing = [i for i in active if round_shares[i] <= 0]
-        for i in losing:
-            rejected[ordered[i].key] = SHARE_REJECTED
+        rejected.update(dict.fromkeys(losing, SHARE_REJECTED))
         if not losing:
             break
         active = [i for i in active if round_shares[i] > 0]
 
-    final = frozenset(active) if active else frozenset(range(len(ordered)))
+    final = frozenset(active) if active else frozenset(range(len(units)))
     with_predictions = game.predictions(final)
     score_with = metric_score(with_predictions)
     pool = game.improvement(score_with) if active else 0.0
@@ -373,9 +416,8 @@ def value_batch(
             level=settings.level,
         )
         if not interval.low > 0:
-            for i in active:
-                rejected[ordered[i].key] = NOISE
-    accepted = [ordered[i].key for i in active if ordered[i].key not in rejected]
+            rejected.update(dict.fromkeys(active, NOISE))
+    accepted_units = [i for i in active if i not in rejected]
     return BatchValuation(
         metric_name=scorer.metric.name,
         direction="higher_is_better" if higher_is_better else "lower_is_better",
@@ -385,24 +427,13 @@ def value_batch(
         interval=interval,
         denominator=game.denominator,
         method=method,
-        players=len(ordered),
-        accepted=accepted,
-        rejected=rejected,
-        shares=shares,
+        players=len(players),
+        accepted=[p.key for i in accepted_units for p in units[i]],
+        rejected={p.key: why for i, why in rejected.items() for p in units[i]},
+        shares={p.key: shares[i] / len(units[i]) for i in shares for p in units[i]},
+        accepted_rows=sum(units[i][0].rows for i in accepted_units),
         coalitions=game.trained,
     )
-
-
-def _symmetrised(shares: dict[int, float], players: Sequence[Player]) -> dict[int, float]:
-    """Average sampled values over players with identical rows (they are symmetric)."""
-    groups: dict[str, list[int]] = {}
-    for i in shares:
-        groups.setdefault(players[i].fingerprint, []).append(i)
-    result = {}
-    for members in groups.values():
-        mean = math.fsum(shares[i] for i in members) / len(members)
-        result.update(dict.fromkeys(members, mean))
-    return result
 
 
 def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
