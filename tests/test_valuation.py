@@ -257,12 +257,12 @@ def test_large_batches_are_sampled_with_a_fixed_budget_and_keep_the_properties()
     pieces = _pieces(CANCER_REST, 50, 6)
     frames = {f"p{i}": p for i, p in enumerate(pieces)}
     frames["p0-copy"] = pieces[0].copy()
-    settings = ValuationSettings(resamples=100, exact_max_players=3, shapley_budget=30)
+    settings = ValuationSettings(resamples=100, exact_max_players=3, shapley_budget=14)
     forward = _value(scorer, frames, settings=settings)
     backward = _value(scorer, dict(reversed(frames.items())), settings=settings)
     assert forward.method == SAMPLED and forward.players == 7
     # The budget, the full batch and "without" (a second round re-uses what it can).
-    assert forward.coalitions <= 30 + 1 + 1 + (30 + 1 if forward.rejected else 0)
+    assert forward.coalitions <= 14 + 1 + 1 + (14 + 1 if forward.rejected else 0)
     accepted = [forward.shares[k] for k in forward.accepted]
     assert math.fsum(accepted) == pytest.approx(forward.pool_pct)
     assert forward.shares == backward.shares
