@@ -21,8 +21,10 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
 - **Order-free**: players are put in a canonical order (a hash of their rows) before anything
   is trained, so the order in which they were submitted changes nothing.
 - **Non-positive shares**: a contribution whose share is ≤ 0 does not help the model; it is
-  rejected and not trained on, and the game is played again among the others, whose shares
-  then add up to the pool of the remaining set. This repeats until every share is positive.
+  rejected and not trained on, and the others share the pool of the remaining set. With exact
+  values the game is played again among them (every coalition is already trained), until
+  every share is positive; with sampled values the pool of the rest is shared in proportion
+  to the values they were given (one more model, where a replay would cost another budget).
 - **Significance**: the pool is paid only when the lower bound of a paired bootstrap
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected.
@@ -387,9 +389,11 @@ def value_batch(
     method = EXACT if len(active) <= settings.exact_max_players else SAMPLED
     rejected: dict[int, str] = {}
     shares: dict[int, float] = {}
+    proportional = False
     while active:
         game.prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
-        if len(active) <= settings.exact_max_players:
+        exact = len(active) <= settings.exact_max_players
+        if exact:
             round_shares = exact_shapley(active, game.value)
         else:
             budget = sampling_budget(len(active), settings.shapley_budget)
@@ -400,11 +404,19 @@ def value_batch(
         if not losing:
             break
         active = [i for i in active if round_shares[i] > 0]
+        if not exact:
+            # Replaying a sampled game would cost another budget of models: the rest share
+            # their own pool in proportion to the values they were just given.
+            proportional = True
+            break
 
     final = frozenset(active) if active else frozenset(range(len(units)))
     with_predictions = game.predictions(final)
     score_with = metric_score(with_predictions)
     pool = game.improvement(score_with) if active else 0.0
+    if proportional:
+        given = math.fsum(shares[i] for i in active)
+        shares.update({i: shares[i] * pool / given for i in active})
     interval = None
     if active:
         interval = improvement_interval(

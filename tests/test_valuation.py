@@ -252,6 +252,22 @@ def test_a_harmful_contribution_is_rejected_and_the_pool_reshared_among_the_rest
     assert result.score_with == pytest.approx(good_only.score_with)
 
 
+def test_in_a_sampled_batch_the_rest_share_their_pool_in_proportion() -> None:
+    scorer = _scorer(CANCER_BENCH, "accuracy")
+    good = _pieces(CANCER_REST, 80, 3)
+    flipped = CANCER_REST.iloc[300:400].assign(target=lambda f: 1 - f.target)
+    frames = {"a": good[0], "b": good[1], "c": good[2], "flipped": flipped}
+    settings = ValuationSettings(resamples=100, exact_max_players=2, shapley_budget=10)
+    result = _value(scorer, frames, settings=settings)
+    assert result.method == SAMPLED
+    assert result.rejected == {"flipped": SHARE_REJECTED}
+    assert sorted(result.accepted) == ["a", "b", "c"]
+    good_only = _value(scorer, {"a": good[0], "b": good[1], "c": good[2]})
+    assert result.pool_pct == pytest.approx(good_only.pool_pct)
+    assert math.fsum(result.shares[k] for k in "abc") == pytest.approx(result.pool_pct)
+    assert result.coalitions <= 10 + 3
+
+
 def test_large_batches_are_sampled_with_a_fixed_budget_and_keep_the_properties() -> None:
     scorer = _scorer(CANCER_BENCH, "roc_auc")
     pieces = _pieces(CANCER_REST, 50, 6)
@@ -261,8 +277,8 @@ def test_large_batches_are_sampled_with_a_fixed_budget_and_keep_the_properties()
     forward = _value(scorer, frames, settings=settings)
     backward = _value(scorer, dict(reversed(frames.items())), settings=settings)
     assert forward.method == SAMPLED and forward.players == 7
-    # The budget, the full batch and "without" (a second round re-uses what it can).
-    assert forward.coalitions <= 14 + 1 + 1 + (14 + 1 if forward.rejected else 0)
+    # The budget, the full batch, "without", and the rest when a player was rejected.
+    assert forward.coalitions <= 14 + 3
     accepted = [forward.shares[k] for k in forward.accepted]
     assert math.fsum(accepted) == pytest.approx(forward.pool_pct)
     assert forward.shares == backward.shares
