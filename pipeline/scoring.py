@@ -333,8 +333,24 @@ def _value_contributions(
                 outcomes[item.version] = _fail(svc, item, exc)
         else:
             if valuation is not None:
-                outcomes.update(_record_valuation(svc, batch, spec.id, players, valuation))
+                try:
+                    outcomes.update(_record_valuation(svc, batch, spec.id, players, valuation))
+                except _LeftEvaluating as exc:
+                    # The batch is valued again, whole, by a later run.
+                    log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
+                    reason = f"valuation not recorded ({exc}); waiting for the next run"
+                    for item, _ in players.values():
+                        transition(
+                            svc.db, item.contribution_id or "", (EVALUATING,), QUEUED, reason=reason
+                        )
+                        outcomes[item.version] = EvaluationOutcome(
+                            None, item.version, "contribution", status=QUEUED, detail=reason
+                        )
     return [outcomes[item.version] for item in items]
+
+
+class _LeftEvaluating(Exception):
+    """A job of the batch is no longer `evaluating`: the valuation is not written at all."""
 
 
 def _value_players(
@@ -401,7 +417,7 @@ def _record_valuation(
     players: dict[str, tuple[VersionItem, Player]],
     valuation: BatchValuation,
 ) -> dict[str, EvaluationOutcome]:
-    """Write every player's Evaluation and job verdict in one transaction."""
+    """Write every player's Evaluation and job verdict in one transaction (all or nothing)."""
     interval = valuation.interval
     batch_rows = valuation.accepted_rows
     valuation_id = new_uuid()
@@ -437,7 +453,8 @@ def _record_valuation(
             session.flush()
             job = session.get(Contribution, key, with_for_update=True)
             if job is None or job.status != EVALUATING:
-                raise DomainError(f"contribution {key} left `evaluating` during its valuation")
+                # Shares only add up to the pool as a whole: nothing of the batch is written.
+                raise _LeftEvaluating(f"contribution {key} left `evaluating` meanwhile")
             job.status = status
             job.reason = reason
             job.improvement_pct = share

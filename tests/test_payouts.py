@@ -357,6 +357,38 @@ def test_a_batch_is_paid_all_or_nothing(
         assert len(session.scalars(select(RewardEntry)).all()) == 2
 
 
+def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
+    svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pipeline.valuation as valuation
+
+    add_benchmark(db, store)
+    (a_id, _), (b_id, last) = (
+        contribute(db, store, churn_rows(200, seed=s), with_manifest=manifest()) for s in (2, 3)
+    )
+    value_batch = valuation.value_batch
+
+    def lease_lost_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        result = value_batch(*args, **kwargs)
+        with db.session() as session:  # another run took the job over (an expired claim)
+            row = session.get(Contribution, b_id)
+            assert row is not None
+            row.status = "validating"
+        return result
+
+    monkeypatch.setattr(valuation, "value_batch", lease_lost_meanwhile)
+    result = run_pipeline(svc, last)
+    with db.session() as session:
+        assert (
+            session.scalars(select(Evaluation).where(Evaluation.valuation_id.is_not(None))).all()
+            == []
+        )
+    assert ledger(db) == {}
+    row = job(db, a_id)
+    assert row.status == "queued" and "valuation not recorded" in (row.reason or "")
+    assert {o.status for o in result.evaluations if o.kind == "contribution"} == {"queued"}
+
+
 # --- what the supplier sees --------------------------------------------------------------------
 
 
