@@ -65,6 +65,8 @@ from pipeline.valuation import BatchValuation, Player
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pipeline.evaluation import BenchmarkScorer
+
 log = logging.getLogger(__name__)
 
 
@@ -355,7 +357,7 @@ class _LeftEvaluating(Exception):
 
 def _value_players(
     svc: Services,
-    scorer: Any,
+    scorer: BenchmarkScorer,
     base: pd.DataFrame | None,
     players: dict[str, tuple[VersionItem, Player]],
     outcomes: dict[str, EvaluationOutcome],

@@ -389,6 +389,32 @@ def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
     assert {o.status for o in result.evaluations if o.kind == "contribution"} == {"queued"}
 
 
+def test_a_contribution_the_metric_refuses_is_rejected_alone(
+    svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pipeline.scoring as scoring
+
+    add_benchmark(db, store)
+    good_id, _ = contribute(db, store, churn_rows(200, seed=2), with_manifest=manifest())
+    odd_id, last = contribute(db, store, churn_rows(200, seed=3), with_manifest=manifest())
+    prepare = scoring.valuation_frame
+
+    def text_labels_for_one(svc: Services, item: Any, frame: Any) -> Any:
+        frame = prepare(svc, item, frame)
+        if item.contribution_id == odd_id:  # labels "0"/"1" where the benchmark has 0/1
+            frame = frame.assign(churned=frame.churned.astype(str))
+        return frame
+
+    monkeypatch.setattr(scoring, "valuation_frame", text_labels_for_one)
+    run_pipeline(svc, last)
+    odd = job(db, odd_id)
+    assert odd.status == REJECTED
+    assert (odd.reason or "").startswith("evaluation refused the data: ")
+    good = job(db, good_id)
+    assert good.status == REWARDED, good.reason
+    assert (good.quality or {})["valuation"]["batch_size"] == 1
+
+
 # --- what the supplier sees --------------------------------------------------------------------
 
 
