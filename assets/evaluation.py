@@ -29,9 +29,32 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def _interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+
+
+def _integrity(counts: dict[str, Any] | None) -> str:
+    """The integrity check's counts (benchmark copies, known and novel rows), when present."""
+    if not counts:
+        return ""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int | float))
+
+
 def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue:
     return markdown_table(
-        ["version", "kind", "metric", "score", "baseline", "improvement %", "status", "detail"],
+        [
+            "version",
+            "kind",
+            "metric",
+            "score",
+            "baseline",
+            "share %",
+            "pool %",
+            "interval %",
+            "batch",
+            "status",
+            "detail",
+        ],
         [
             (
                 o.version or "(model)",
@@ -40,6 +63,9 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.score),
                 _fmt(o.baseline_score),
                 _fmt(o.improvement_pct, 2),
+                _fmt(o.pool_pct, 2),
+                _interval(o.interval_low, o.interval_high),
+                "" if o.batch_size is None else str(o.batch_size),
                 evaluation_status(o),
                 evaluation_detail(o),
             )
@@ -122,6 +148,11 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             f"{prefix}score": outcome.score,
             f"{prefix}baseline_score": outcome.baseline_score,
             f"{prefix}improvement_pct": outcome.improvement_pct,
+            "share_pct": outcome.improvement_pct if outcome.pool_pct is not None else None,
+            "pool_pct": outcome.pool_pct,
+            "interval_low_pct": outcome.interval_low,
+            "interval_high_pct": outcome.interval_high,
+            "batch_size": outcome.batch_size,
             "evaluation_id": outcome.evaluation_id,
             "detail": evaluation_detail(outcome),
         }
@@ -172,12 +203,26 @@ def improves_model(
 
 def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
     return markdown_table(
-        ["version", "tokens paid", "tokens earned", "recipients", "detail"],
+        [
+            "version",
+            "tokens paid",
+            "tokens earned",
+            "share %",
+            "pool %",
+            "interval %",
+            "integrity",
+            "recipients",
+            "detail",
+        ],
         [
             (
                 r.version,
                 f"{r.tokens:g}",
                 f"{r.earned:g}",
+                _fmt(r.share_pct, 2),
+                _fmt(r.pool_pct, 2),
+                _interval(*((r.interval or {}).get(k) for k in ("low", "high"))),
+                _integrity(r.integrity),
                 ", ".join(f"{p['wallet']} ({p['tokens']:g})" for p in r.recipients) or "none",
                 r.detail,
             )
@@ -210,6 +255,11 @@ def rewards(
                 "status": facts[r.version].status if r.version in facts else None,
                 "tokens": r.tokens,
                 "earned_tokens": r.earned,
+                "share_pct": r.share_pct,
+                "pool_pct": r.pool_pct,
+                "interval_low_pct": (r.interval or {}).get("low"),
+                "interval_high_pct": (r.interval or {}).get("high"),
+                **{k: v for k, v in (r.integrity or {}).items() if isinstance(v, int | float)},
                 "recipients": len(r.recipients),
                 "detail": r.detail,
             }

@@ -1,4 +1,4 @@
-"""Operator subcommands: serve, dev, db upgrade, models add/list/set-owner, token."""
+"""Operator subcommands: serve, dev, db upgrade, models add/list/set-owner/accepted, token."""
 
 from __future__ import annotations
 
@@ -114,6 +114,45 @@ def cmd_models_list(_: argparse.Namespace) -> int:
     finally:
         db.dispose()
     return 0
+
+
+def cmd_models_accepted(args: argparse.Namespace) -> int:
+    """Audit of a model's training data: accepted versions, who contributed them, their shares."""
+    import json
+
+    from pipeline.bootstrap import prepare_store
+    from pipeline.ledger import accepted_data
+
+    settings = _settings()
+    prepare_store(settings)
+    audit = accepted_data(Database.from_settings(settings), args.model_id)
+    if args.json:
+        print(json.dumps(audit, indent=2))
+        return 0
+    print("version\tjob\tsubmitter\trows\tshare %\tpool %\tinterval %\ttokens\taccepted at")
+    for v in audit["versions"]:
+        interval = v.get("interval")
+        print(
+            "\t".join(
+                [
+                    v["datasetVersion"],
+                    v["jobId"],
+                    v["submitter"],
+                    str(v["valuedRows"] if v["valuedRows"] is not None else v["rows"]),
+                    _number(v.get("sharePct")),
+                    _number(v.get("poolPct")),
+                    f"[{interval['low']:+.2f}, {interval['high']:+.2f}]" if interval else "",
+                    _number(v["tokens"]),
+                    v["acceptedAt"] or "",
+                ]
+            )
+        )
+    print(f"{len(audit['versions'])} accepted versions, {audit['rows']} rows")
+    return 0
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -301,6 +340,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     new_owner.add_argument("--user", help="user id")
     new_owner.add_argument("--org", help="organization id or name")
     set_owner.set_defaults(handler=cmd_models_set_owner)
+    accepted = models_sub.add_parser(
+        "accepted", help="audit a model's accepted training data (versions, submitters, shares)"
+    )
+    accepted.add_argument("model_id", type=int, metavar="MODEL_ID")
+    accepted.add_argument("--json", action="store_true", help="print the audit as JSON")
+    accepted.set_defaults(handler=cmd_models_accepted)
 
     token = sub.add_parser("token", help="print a session token (last line)")
     token.add_argument("--user", required=True)

@@ -48,6 +48,14 @@ class Settings(BaseSettings):
     # How long a run's claim on a contribution job lasts unless renewed (pipeline.batches).
     claim_lease_seconds: int = Field(default=600, ge=1)
 
+    # Valuation and payouts (docs/rewards.md).
+    valuation_bootstrap_resamples: int = Field(default=1000, ge=20, le=100_000)
+    valuation_confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
+    valuation_exact_max_players: int = Field(default=6, ge=1, le=10)
+    valuation_shapley_budget: int = Field(default=128, ge=2, le=100_000)
+    reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
+    reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
+
     # Service wiring.
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")

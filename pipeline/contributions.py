@@ -24,6 +24,7 @@ from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
 from pipeline.validation import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
+from pipeline.valuation import valuation_view
 
 ROWS_FILENAME = "rows.parquet"
 MANIFEST_FILENAME = "manifest.json"
@@ -333,6 +334,7 @@ def contribution_view(job: Contribution, wait: QueueWait | None = None) -> dict[
             "quality": job.quality,
             "improvementPct": job.improvement_pct,
             "tokens": job.tokens,
+            "valuation": valuation_view(job.quality),
             "createdAt": isoformat_utc(job.created_at),
             "updatedAt": isoformat_utc(job.updated_at),
         }

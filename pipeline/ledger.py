@@ -17,6 +17,7 @@ from pipeline.errors import InvalidInput, NotFound
 from pipeline.rewards import parse_manifest, to_checksum_address, validate_wallet
 from pipeline.tables import (
     BenchmarkSpec,
+    Contribution,
     ContributorProfile,
     DatasetVersion,
     Evaluation,
@@ -48,9 +49,10 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
             )
         ).one()
         rows = session.execute(
-            select(RewardEntry, Evaluation, DatasetVersion.version)
+            select(RewardEntry, Evaluation, DatasetVersion.version, Contribution.quality)
             .join(Evaluation, RewardEntry.evaluation_id == Evaluation.id)
             .outerjoin(DatasetVersion, Evaluation.dataset_version_id == DatasetVersion.id)
+            .outerjoin(Contribution, RewardEntry.contribution_id == Contribution.id)
             .where(RewardEntry.wallet_address == canonical)
             .order_by(RewardEntry.created_at.desc(), RewardEntry.id.desc())
             .limit(limit)
@@ -69,9 +71,11 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 "tokens": entry.tokens,
                 "metricName": evaluation.metric_name,
                 "improvementPct": evaluation.improvement_pct,
+                **valuation_fields(evaluation),
+                "integrity": (quality or {}).get("integrity"),
                 "createdAt": isoformat_utc(entry.created_at),
             }
-            for entry, evaluation, version in rows
+            for entry, evaluation, version, quality in rows
         ],
     }
 
@@ -121,11 +125,88 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
                 "score": _finite(evaluation.score),
                 "baselineScore": _finite(evaluation.baseline_score),
                 "improvementPct": _finite(evaluation.improvement_pct),
+                **valuation_fields(evaluation),
                 "runId": evaluation.run_id,
                 "createdAt": isoformat_utc(evaluation.created_at),
             }
             for evaluation, version, kind, eval_split, bench_version in rows
         ],
+    }
+
+
+def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
+    """Pool, share and interval of a contribution's evaluation (None on re-scores)."""
+    interval = None
+    if evaluation.interval_low is not None and evaluation.interval_high is not None:
+        interval = {
+            "low": evaluation.interval_low,
+            "high": evaluation.interval_high,
+            "level": evaluation.interval_level,
+            "resamples": evaluation.resamples,
+        }
+    return {
+        "valuationId": evaluation.valuation_id,
+        "poolPct": _finite(evaluation.pool_pct),
+        "sharePct": _finite(evaluation.improvement_pct) if evaluation.valuation_id else None,
+        "interval": interval,
+        "batchSize": evaluation.batch_size,
+        "valuationMethod": evaluation.valuation_method,
+    }
+
+
+def accepted_data(db: Database, model_id: int) -> dict[str, Any]:
+    """Audit of a model's training data: every accepted dataset version, by whom, on what.
+
+    Accepted versions are those `pipeline.scoring.accepted_items` trains on (rewarded, or
+    accepted with rewards pending), oldest first, each with its submitter, rows, the
+    evaluation that accepted it (share, pool, interval) and the tokens paid.
+    """
+    from pipeline.scoring import accepted_contribution
+
+    with db.session() as session:
+        if session.get(Model, model_id) is None:
+            raise NotFound(f"model {model_id} not found")
+        rows = session.execute(
+            select(Contribution, DatasetVersion)
+            .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
+            .where(Contribution.model_id == model_id, accepted_contribution())
+            .order_by(DatasetVersion.version_number)
+        ).all()
+        evaluations = {
+            e.dataset_version_id: e
+            for e in session.scalars(
+                select(Evaluation)
+                .where(
+                    Evaluation.model_id == model_id,
+                    Evaluation.dataset_version_id.in_([dv.id for _, dv in rows]),
+                )
+                .order_by(Evaluation.created_at)
+            )
+        }
+    versions = []
+    for job, dv in rows:
+        evaluation = evaluations.get(dv.id)
+        valuation = (job.quality or {}).get("valuation") or {}
+        versions.append(
+            {
+                "datasetVersion": dv.version,
+                "jobId": job.id,
+                "submitter": job.submitter_id,
+                "status": job.status,
+                "rows": dv.row_count,
+                "valuedRows": valuation.get("valued_rows"),
+                "sha256": dv.sha256,
+                "evaluationId": evaluation.id if evaluation else None,
+                "acceptedAt": isoformat_utc(evaluation.created_at) if evaluation else None,
+                "metricName": evaluation.metric_name if evaluation else None,
+                **(valuation_fields(evaluation) if evaluation else {}),
+                "tokens": job.tokens,
+            }
+        )
+    return {
+        "modelId": model_id,
+        "versions": versions,
+        "rows": sum(v["valuedRows"] or v["rows"] or 0 for v in versions),
     }
 
 

@@ -14,6 +14,13 @@ dataset of 10,000 rows or more earns exactly one token per 1 %:
 The total is 0 when the improvement is not positive or the contribution failed its quality
 checks (spec §8: at least 100 rows, completeness above 95 %, uniqueness above 80 %).
 
+In the pipeline (`pipeline.payouts`), `improvement_pct` is the contribution's Shapley share of
+its batch's floored improvement (`pipeline.valuation`), `rows` are the rows the valuation
+accepted in the whole batch (so a dataset cut into pieces earns what it would whole), and
+`uniqueness` is the share of rows new to the model's accepted data when the integrity check
+measured it, else the share of unique rows within the contribution. The result is then capped
+per contribution and per model and day (docs/rewards.md).
+
 Worked example: a contribution of 1,000 rows, 98 % complete and 90 % unique, that passed its
 checks and raised the benchmark accuracy from 0.80 to 0.90, a 12.5 % improvement:
 

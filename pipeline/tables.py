@@ -259,8 +259,19 @@ class Evaluation(Base):
     metric_direction: Mapped[str] = mapped_column(String(20))
     score: Mapped[float] = mapped_column(Float)
     baseline_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # A contribution's evaluation: its Shapley share of the batch's pool (pipeline.valuation).
     improvement_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
     run_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # The contributions valued together share one valuation id; payment is per valuation.
+    valuation_id: Mapped[str | None] = mapped_column(String(36), nullable=True, index=True)
+    pool_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    interval_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    interval_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    interval_level: Mapped[float | None] = mapped_column(Float, nullable=True)
+    resamples: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    batch_rows: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    valuation_method: Mapped[str | None] = mapped_column(String(20), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

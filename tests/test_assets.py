@@ -160,6 +160,17 @@ def test_good_contribution_is_evaluated_and_rewarded(
     assert paid["tokens"] == pytest.approx(row.tokens) and paid["tokens"] > 0
     assert paid["ledger_entries"] == 1 and paid["status"] == "rewarded"
     assert ledger_count(db) == 1
+    # Pool, share and interval of the valuation, in the evaluation and rewards metadata.
+    valuation = (row.quality or {})["valuation"]
+    interval = valuation["interval"]
+    shown = f"[{interval['low']:+.2f}, {interval['high']:+.2f}]"
+    assert evaluated["pool_pct"] == pytest.approx(valuation["pool_pct"])
+    assert evaluated["interval"] == paid["interval"] == shown
+    assert evaluated["batch_size"] == 1
+    assert paid["pool_pct"] == pytest.approx(valuation["pool_pct"])
+    assert "| share % | pool % | interval % | integrity |" in paid["rewards"]
+    assert shown in paid["rewards"]
+    assert shown in evaluated["results"]
 
 
 @sqlite_only

@@ -30,15 +30,36 @@ from pipeline.sessions import Identity
 router = APIRouter(prefix="/api", tags=["rewards"])
 
 
-class RewardEntryOut(BaseModel):
+class IntervalOut(BaseModel):
+    """Paired bootstrap interval of the batch's improvement, in percent."""
+
+    low: float
+    high: float
+    level: float | None
+    resamples: int | None
+
+
+class ValuationFields(BaseModel):
+    """How a contribution's evaluation was valued (docs/rewards.md); null on re-scores."""
+
+    valuationId: str | None = None  # noqa: N815 - the API's camelCase field names
+    poolPct: float | None = None  # noqa: N815
+    sharePct: float | None = None  # noqa: N815
+    interval: IntervalOut | None = None
+    batchSize: int | None = None  # noqa: N815
+    valuationMethod: str | None = None  # noqa: N815
+
+
+class RewardEntryOut(ValuationFields):
     id: int
-    modelId: int  # noqa: N815 - the API's camelCase field names
+    modelId: int  # noqa: N815
     jobId: str | None  # noqa: N815
     evaluationId: str  # noqa: N815
     datasetVersion: str | None  # noqa: N815
     tokens: float
     metricName: str  # noqa: N815
     improvementPct: float | None  # noqa: N815
+    integrity: dict[str, Any] | None = None
     createdAt: str  # noqa: N815
 
 
@@ -49,7 +70,7 @@ class WalletRewards(BaseModel):
     entries: list[RewardEntryOut]
 
 
-class EvaluationOut(BaseModel):
+class EvaluationOut(ValuationFields):
     id: str
     kind: str
     trigger: str
