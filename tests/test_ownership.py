@@ -158,17 +158,18 @@ def test_an_org_developer_cannot_upload_a_label_flipped_benchmark(
 ) -> None:
     model = acme["model"]
     flipped = benchmark_csv(flip_labels=True)
-    for headers in (
-        key_for("dora", acme["org"]),  # the attack: an org Developer's org key
-        key_for("dora"),  # the same Developer's personal key
-        key_for("vera", acme["org"]),  # a Viewer
-        key_for("mallory"),  # a stranger
-        key_for(ADMIN),  # the operator's user owns the demo model, not this one
+    for headers, why in (
+        (key_for("dora", acme["org"]), "owner"),  # the attack: a Developer's org key
+        (key_for("dora"), "owner"),  # the same Developer's personal key
+        # A Viewer's org key is refused before ownership is even asked (live membership).
+        (key_for("vera", acme["org"]), "Viewer"),
+        (key_for("mallory"), "owner"),  # a stranger
+        (key_for(ADMIN), "owner"),  # the operator's user owns the demo model, not this one
     ):
         response = upload(client, headers, model, flipped)
         assert response.status_code == 403, response.text
         assert set(response.json()) == {"detail"}
-        assert "owner" in response.json()["detail"]
+        assert why in response.json()["detail"]
     assert stored(db, settings, model) == NOTHING
 
     # The organization's Owners and Admins may: an Admin's org key, the Owner's own key.

@@ -911,7 +911,10 @@
     const parts = [];
     if (job.reason) parts.push(job.reason);
     else if (STATUS_HINTS[job.status]) parts.push(STATUS_HINTS[job.status]);
-    if (job.status === "queued" && job.evaluationDueAt) {
+    // The API's reason usually names the due time already (in UTC); say it again only when not.
+    const dueToTheSecond = (job.evaluationDueAt || "").replace(/\.\d+/, "");
+    const reasonHasDue = Boolean(job.reason && dueToTheSecond && job.reason.includes(dueToTheSecond));
+    if (job.status === "queued" && job.evaluationDueAt && !reasonHasDue) {
       const due = new Date(job.evaluationDueAt);
       if (!Number.isNaN(due.getTime())) {
         parts.push(`evaluation expected to start at ${due.toLocaleTimeString()}`);
