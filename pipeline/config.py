@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     enable_pii_detection: bool = True
     data_validation_strict: bool = False
 
+    # Integrity of contributions (docs/integrity.md).
+    integrity_copy_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
+    integrity_min_novel_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    label_disagreement_margin: float = Field(default=0.10, gt=0.0, le=1.0)
+
     # Service wiring.
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")
