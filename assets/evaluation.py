@@ -53,8 +53,9 @@ def evaluation(
     marketplace: MarketplaceResource,
     quality_report: StepResult,
     pii_report: StepResult,
+    integrity_report: StepResult,
 ) -> dg.MaterializeResult:
-    batch = pii_report.batch
+    batch = integrity_report.batch
     outcomes = evaluate_batch(marketplace.services, batch)
     by_version = {o.version: o for o in outcomes if o.version}
     log_other_partitions(

@@ -494,7 +494,9 @@ class ModelIntegrity:
         self.model_id = model_id
         self.task_type, self.estimator = _task_type(svc, model_id)
         self.benchmarks = model_benchmarks(svc, model_id)
-        self.keys = {ref.version: ensure_benchmark_fingerprints(svc, ref) for ref in self.benchmarks}
+        self.keys = {
+            ref.version: ensure_benchmark_fingerprints(svc, ref) for ref in self.benchmarks
+        }
         self._benchmark_reference: pd.DataFrame | None = None
         self._accepted: dict[str | None, pd.DataFrame | None] = {}
 

@@ -85,7 +85,7 @@ def canonical_labels(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Class labels in one comparable form: numbers as floats (1, "1", True → 1.0), else text."""
     from pipeline.fingerprints import canonical_text
 
-    out = []
+    out: list[float | str] = []
     for value in values:
         if isinstance(value, bool | np.bool_):
             out.append(float(value))
@@ -212,13 +212,12 @@ def check_labels(
     width = margin if task_type == "classification" else 2 * margin
     slack = 0.0
     if task_type == "classification":
-        slack = 3 * math.sqrt(max(reference_rate, 1 / len(ref_y)) * (1 - reference_rate) / len(con_y))
+        spread = max(reference_rate, 1 / len(ref_y)) * (1 - reference_rate)
+        slack = 3 * math.sqrt(spread / len(con_y))
     threshold = width + slack
     excess = disagreement - reference_rate
     self_excess = (
-        self_rate - self_reference
-        if self_rate is not None and self_reference is not None
-        else None
+        self_rate - self_reference if self_rate is not None and self_reference is not None else None
     )
     quarantined = excess > width * 2 + slack or (
         excess > threshold and (self_excess is None or self_excess > threshold)

@@ -39,7 +39,22 @@ from tests.pipeline_support import (
     ticket_rows,
 )
 
-ASSET_NAMES = ["dataset_version", "quality_report", "pii_report", "evaluation", "rewards"]
+ASSET_NAMES = [
+    "dataset_version",
+    "quality_report",
+    "pii_report",
+    "integrity_report",
+    "evaluation",
+    "rewards",
+]
+CHECK_NAMES = {
+    "readable",
+    "quality_thresholds",
+    "no_pii",
+    "no_benchmark_copies",
+    "new_rows",
+    "labels_consistent",
+}
 
 # The domain runs on both backends in test_processing.py; here only the good path does too.
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -114,7 +129,7 @@ def test_good_contribution_is_evaluated_and_rewarded(
     for name in ASSET_NAMES:
         assert materialized(instance, name) == {f"1__{bench}", f"1__{version}"}
     assert all(c.passed for c in checks(result).values())
-    assert set(checks(result)) == {"readable", "quality_thresholds", "no_pii"}
+    assert set(checks(result)) == CHECK_NAMES
     read = metadata(result, "dataset_version")
     assert read["row_count"] == 300 + 200 and read["versions"] == f"{bench}, {version}"
     quality = metadata(result, "quality_report")
@@ -231,7 +246,7 @@ def test_debounced_run_processes_every_version_and_shows_each_partition(
 
 
 @sqlite_only
-def test_evaluation_job_targets_the_five_assets_with_the_concurrency_tag(
+def test_evaluation_job_targets_the_six_assets_with_the_concurrency_tag(
     settings: Settings,
 ) -> None:
     defs = dg.Definitions(
@@ -245,11 +260,7 @@ def test_evaluation_job_targets_the_five_assets_with_the_concurrency_tag(
     assert job_def.partitions_def == dataset_versions
     keys = {key.to_user_string() for key in job_def.asset_layer.executable_asset_keys}
     assert keys == set(ASSET_NAMES)
-    assert {c.name for c in job_def.asset_layer.asset_graph.asset_check_keys} == {
-        "readable",
-        "quality_thresholds",
-        "no_pii",
-    }
+    assert {c.name for c in job_def.asset_layer.asset_graph.asset_check_keys} == CHECK_NAMES
 
 
 @sqlite_only
