@@ -927,25 +927,27 @@ class _CsvSource:
         return self._batches()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
-        reader = self.pacsv.open_csv(
-            self.path,
-            read_options=self.pacsv.ReadOptions(use_threads=True, block_size=CSV_BLOCK_BYTES),
-            parse_options=self.parse,
-            convert_options=self.pacsv.ConvertOptions(
-                include_columns=list(self.types),
-                column_types=dict(self.types),
-                strings_can_be_null=True,
-            ),
-        )
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except pa.ArrowInvalid as exc:
-                self._retype(exc)
-                raise RetypeColumns from None
-            yield batch
+        # A Python file object: given a path, Arrow reads ahead tens of MB it need not hold.
+        with self.path.open("rb") as fh:
+            reader = self.pacsv.open_csv(
+                fh,
+                read_options=self.pacsv.ReadOptions(use_threads=True, block_size=CSV_BLOCK_BYTES),
+                parse_options=self.parse,
+                convert_options=self.pacsv.ConvertOptions(
+                    include_columns=list(self.types),
+                    column_types=dict(self.types),
+                    strings_can_be_null=True,
+                ),
+            )
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except pa.ArrowInvalid as exc:
+                    self._retype(exc)
+                    raise RetypeColumns from None
+                yield batch
 
     def _retype(self, exc: Exception) -> None:
         found = _CSV_COLUMN.search(str(exc))

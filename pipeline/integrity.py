@@ -265,13 +265,11 @@ def count_benchmark_copies(
 
 
 def copy_rule(tier: str, scheme: Scheme) -> str:
+    """The matching rule of a tier, in words."""
     if tier == "exact":
-        return "the same values (about 7 significant digits)"
+        return "identical values to about 7 significant digits"
     width = float(tier.removeprefix("near_"))
-    return (
-        f"the same values within {width * scheme.margin:g} to {width:g} standard deviations "
-        "per column"
-    )
+    return f"values within {width * scheme.margin:g} to {width:g} standard deviations per column"
 
 
 # --- known rows ------------------------------------------------------------------------------
@@ -439,7 +437,7 @@ class IntegrityReport:
             return (
                 f"benchmark leakage: {leak.copies} of {leak.rows} rows copy or nearly copy rows "
                 f"of the model's benchmark {leak.benchmark_version} ({self.copy_rule}; at most "
-                f"{math.floor(leak.allowed)} expected by chance); nothing is paid and the rows "
+                f"{math.floor(leak.allowed)} expected by chance): nothing is paid and the rows "
                 "are not used for training"
             )
         if self.already_contributed:
