@@ -78,7 +78,7 @@ NEAR_WIDTHS = (0.5, 0.05, 0.005)
 PROBE_MARGIN = 0.1
 MAX_PROBE_COLUMNS = 8
 # Means and scales come from the first rows of the reference; chance rates from a reservoir.
-STATS_ROWS = 65_536
+STATS_ROWS = 20_000
 CHANCE_SAMPLE_ROWS = 2_000
 SAMPLE_SEED = 20_240_611
 # Query rows are probed in chunks, bounding the (rows x 2^MAX_PROBE_COLUMNS) key matrix.
@@ -86,8 +86,8 @@ QUERY_CHUNK_ROWS = 2_048
 # Text columns with more distinct values than this per batch are parsed by Arrow first.
 PARSE_IN_PYTHON_MAX = 50_000
 
-PARTITION_BITS = 4
-SPILL_BUFFER_BYTES = 64 * 1024
+PARTITION_BITS = 5
+SPILL_BUFFER_BYTES = 32 * 1024
 MAGIC = b"MKFPRNT1"
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
@@ -782,11 +782,12 @@ def _sample_probes(sample: RowKeys | None, tier: int) -> tuple[np.ndarray, np.nd
     if sample is None or tier == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=_U64)
     probes = sample.probes(tier)
-    rows = np.repeat(np.arange(sample.rows), probes.shape[1])
-    keys = probes.ravel()
-    keep = keys != np.repeat(sample.keys(tier), probes.shape[1])
-    order = np.argsort(keys[keep], kind="stable")
-    return rows[keep][order], keys[keep][order]
+    others = probes != probes[:, :1]  # column 0 is the row's own cell
+    rows = np.nonzero(others)[0].astype(np.int32)
+    keys = probes[others]
+    del probes, others
+    order = np.argsort(keys)
+    return rows[order], keys[order]
 
 
 def _chain(first: Iterable[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[Any]:

@@ -37,6 +37,8 @@ import contextlib
 import io
 import logging
 import math
+import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -173,7 +175,9 @@ def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
     tmp_root.mkdir(parents=True, exist_ok=True)
     with svc.store.local_path(ref.item.object_key) as path:
         columns = ref.columns or tuple(_file_columns(path, ref.item.file_format))
-        out = tmp_root / f"{ref.model_id}-{ref.version}-{id(ref)}.fingerprints"
+        handle, name = tempfile.mkstemp(dir=tmp_root, suffix=".fingerprints")
+        os.close(handle)
+        out = Path(name)
         try:
             summary = fingerprint_benchmark_file(
                 path,
@@ -496,7 +500,11 @@ class ModelIntegrity:
             ref.version: ensure_benchmark_fingerprints(svc, ref) for ref in self.benchmarks
         }
         self._benchmark_reference: pd.DataFrame | None = None
-        self._accepted: dict[str | None, pd.DataFrame | None] = {}
+        # A job being checked is `validating`, never accepted: the accepted data is the same
+        # for every contribution of the batch, read once.
+        self._accepted_keys: AcceptedKeys | None = None
+        self._accepted_frame: pd.DataFrame | None = None
+        self._accepted_read = False
 
     @property
     def has_benchmark(self) -> bool:
@@ -525,8 +533,9 @@ class ModelIntegrity:
         known = 0
         novel = frame
         if latest is not None and latest_keys is not None:
-            accepted = accepted_keys(self.svc, self.model_id, latest.scheme, exclude_job=job_id)
-            mask = known_mask(latest_keys, accepted, latest)
+            if self._accepted_keys is None:
+                self._accepted_keys = accepted_keys(self.svc, self.model_id, latest.scheme)
+            mask = known_mask(latest_keys, self._accepted_keys, latest)
             known = int(mask.sum())
             novel = frame[~mask].reset_index(drop=True)
         report = IntegrityReport(
@@ -565,13 +574,14 @@ class ModelIntegrity:
 
         from pipeline.scoring import accepted_items
 
-        if job_id not in self._accepted:
+        if not self._accepted_read:
             frames = [
                 load_frame(self.svc.store, item)
                 for item in accepted_items(self.svc.db, self.model_id, exclude_job=job_id)
             ]
-            self._accepted[job_id] = pd.concat(frames, ignore_index=True) if frames else None
-        accepted = self._accepted[job_id]
+            self._accepted_frame = pd.concat(frames, ignore_index=True) if frames else None
+            self._accepted_read = True
+        accepted = self._accepted_frame
         if accepted is not None and (
             scheme.target in accepted.columns
             and int(accepted[scheme.target].notna().sum()) >= MIN_REFERENCE_ROWS

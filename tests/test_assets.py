@@ -169,6 +169,28 @@ def test_low_quality_contribution_is_rejected_and_its_check_blocks_evaluation(
 
 
 @sqlite_only
+def test_benchmark_copy_is_rejected_and_its_integrity_check_blocks_evaluation(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    add_benchmark(db, store)  # churn_rows(300, seed=1) with a split column
+    materialize(settings, instance, 1, ["v1"])
+    job_id, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())
+
+    result = materialize(settings, instance, 1, [version])
+
+    assert not result.success
+    leak = checks(result)["no_benchmark_copies"]
+    assert not leak.passed and leak.severity == dg.AssetCheckSeverity.ERROR
+    assert "200 of 200 rows copy" in (leak.description or "")
+    assert checks(result)["new_rows"].passed and checks(result)["labels_consistent"].passed
+    assert metadata(result, "integrity_report")["benchmark_copies"] == 200
+    for blocked in ("evaluation", "rewards"):
+        assert f"1__{version}" not in materialized(instance, blocked)
+    assert (job(db, job_id).reason or "").startswith("benchmark leakage: 200 of 200 rows")
+    assert ledger_count(db) == 0
+
+
+@sqlite_only
 def test_pii_contribution_is_rejected_and_its_check_blocks_rewards(
     settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
 ) -> None:
