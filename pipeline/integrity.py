@@ -601,22 +601,28 @@ def benchmark_sample(
     import pandas as pd
     import pyarrow as pa
 
-    from pipeline.fingerprints import file_batches
+    from pipeline.fingerprints import RetypeColumns, file_batches
 
-    rng = np.random.default_rng(0)
-    kept: pa.Table | None = None
-    priorities = np.empty(0)
     with svc.store.local_path(ref.item.object_key) as path:
-        for batch in file_batches(path, ref.item.file_format, columns)():
-            table = pa.Table.from_batches([batch])
-            draws = rng.random(table.num_rows)
-            if kept is not None:
-                table = pa.concat_tables([kept, table.cast(kept.schema)])
-                draws = np.concatenate([priorities, draws])
-            if table.num_rows > size:
-                keep = np.sort(np.argpartition(draws, size)[:size])
-                table, draws = table.take(pa.array(keep)), draws[keep]
-            kept, priorities = table, draws
+        source = file_batches(path, ref.item.file_format, columns)
+        for _ in range(len(columns) + 2):
+            rng = np.random.default_rng(0)
+            kept: pa.Table | None = None
+            priorities = np.empty(0)
+            try:
+                for batch in source():
+                    table = pa.Table.from_batches([batch])
+                    draws = rng.random(table.num_rows)
+                    if kept is not None:
+                        table = pa.concat_tables([kept, table.cast(kept.schema)])
+                        draws = np.concatenate([priorities, draws])
+                    if table.num_rows > size:
+                        keep = np.sort(np.argpartition(draws, size)[:size])
+                        table, draws = table.take(pa.array(keep)), draws[keep]
+                    kept, priorities = table, draws
+            except RetypeColumns:
+                continue  # a CSV column turned out to be text: read again
+            break
     if kept is None:
         return pd.DataFrame(columns=list(columns))
     return kept.to_pandas()

@@ -298,7 +298,14 @@ def accept_benchmark_upload(
     if not form.allow_pii:
         check_pii(received.profile, settings)
     scanned = time.perf_counter()
-    fingerprints, summary = fingerprint_received(received, form, target.task_type)
+    fingerprints: Path | None = None
+    fingerprinted_rows = 0
+    try:
+        fingerprints, summary = fingerprint_received(received, form, target.task_type)
+        fingerprinted_rows = summary.rows
+    except Exception:
+        # Not a reason to refuse a valid benchmark: the pipeline fingerprints it when missing.
+        log.exception("fingerprinting the benchmark upload failed; the pipeline will retry")
     fingerprinted = time.perf_counter()
     name = stored_filename(intake.filename, received.file_format)
 
@@ -307,7 +314,8 @@ def accept_benchmark_upload(
     fingerprint_key = benchmark_fingerprint_key(target.model_id, version)
     try:
         # Fingerprints first: an arrival announced by the dataset object finds them.
-        store.put_file(fingerprint_key, fingerprints)
+        if fingerprints is not None:
+            store.put_file(fingerprint_key, fingerprints)
         stored = store_received(store, key, received)
         written = time.perf_counter()
         with db.session() as session:
@@ -340,7 +348,7 @@ def accept_benchmark_upload(
         name,
         received.profile.row_count,
         stored.size_bytes,
-        summary.rows,
+        fingerprinted_rows,
         checked - started,
         scanned - checked,
         fingerprinted - scanned,

@@ -217,10 +217,23 @@ def test_fingerprints_do_not_depend_on_batches_or_file_format(tmp_path: Path) ->
         assert all(np.array_equal(x, y) for x, y in zip(a.tier_keys, b.tier_keys, strict=True))
 
 
-def test_a_csv_column_that_turns_to_text_late_is_read_again_as_text(tmp_path: Path) -> None:
-    rows = [f"{i},{i % 2}" for i in range(300_000)] + ["n/a-yet,1"]
-    path = tmp_path / "late.csv"
+@pytest.fixture
+def small_csv_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CSV types are guessed from the first block: make blocks small so that "late" is near."""
+    monkeypatch.setattr(fp, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(fp, "CSV_HEAD_BYTES", 4096)
+
+
+def late_text_csv(path: Path) -> Path:
+    rows = [f"{i},{i % 2}" for i in range(5_000)] + ["n/a-yet,1"]
     path.write_text("x,target\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_csv_column_that_turns_to_text_late_is_read_again_as_text(
+    tmp_path: Path, small_csv_blocks: None
+) -> None:
+    path = late_text_csv(tmp_path / "late.csv")
     out = tmp_path / "late.fp"
     summary = fp.fingerprint_file(
         path,
@@ -231,7 +244,7 @@ def test_a_csv_column_that_turns_to_text_late_is_read_again_as_text(tmp_path: Pa
         out=out,
         tmp_root=tmp_path,
     )
-    assert summary.rows == 300_001
+    assert summary.rows == 5_001
     query = pd.DataFrame({"x": ["n/a-yet", "17"], "target": [1, 1]})
     assert copies(out, query).per_tier["exact"] == 2
 
@@ -600,3 +613,48 @@ def test_benchmark_upload_fingerprints_its_rows_outside_datasets(
     run_pipeline(svc, version)
     assert integrity(db, job_id)["benchmark_copies"] == 200
     assert store.open(key).read() == stored  # the upload's fingerprints were used as they are
+
+
+def test_the_label_reference_samples_a_csv_benchmark_whose_column_turns_to_text(
+    svc: Services, db: Database, store: LocalObjectStore, small_csv_blocks: None
+) -> None:
+    from pipeline.integrity import benchmark_sample
+
+    rows = [{"x": i, "target": i % 2} for i in range(5_000)] + [{"x": "n/a-yet", "target": 1}]
+    add_benchmark(db, store, rows, target_column="target")
+    [ref] = model_benchmarks(svc, 1)
+    sample = benchmark_sample(svc, ref, ("x", "target"), 300)
+    assert len(sample) == 300
+    again = benchmark_sample(svc, ref, ("x", "target"), 300)
+    assert sample.equals(again)  # seeded
+
+
+def test_a_benchmark_upload_whose_fingerprinting_fails_is_stored_and_fingerprinted_later(
+    client: Any,
+    platform_key: Callable[..., str],
+    svc: Services,
+    db: Database,
+    store: LocalObjectStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pipeline.uploads
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated")
+
+    monkeypatch.setattr(pipeline.uploads, "fingerprint_received", broken)
+    bench = pd.DataFrame(churn_benchmark_rows(300, seed=1))
+    key = platform_key(user_id="admin", scopes=["benchmarks:write"])
+    response = client.post(
+        "/api/v1/benchmarks/upload/1",
+        headers={"Authorization": f"Bearer {key}"},
+        files={"file": ("bench.csv", bench.to_csv(index=False).encode())},
+        data={"target_column": "churned"},
+    )
+    assert response.status_code == 201, response.text
+    fingerprints = benchmark_fingerprint_key(1, "v1")
+    assert not store.exists(fingerprints)
+    job_id, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())
+    run_pipeline(svc, version)
+    assert store.exists(fingerprints)
+    assert integrity(db, job_id)["verdict"] == "benchmark leakage"
