@@ -81,6 +81,8 @@ MAX_PROBE_COLUMNS = 8
 STATS_ROWS = 20_000
 CHANCE_SAMPLE_ROWS = 2_000
 SAMPLE_SEED = 20_240_611
+# Keys are computed on groups of at least this many rows (several reader batches).
+KEY_GROUP_ROWS = 65_536
 # Query rows are probed in chunks, bounding the (rows x 2^MAX_PROBE_COLUMNS) key matrix.
 QUERY_CHUNK_ROWS = 2_048
 # Text columns with more distinct values than this per batch are parsed by Arrow first.
@@ -88,6 +90,8 @@ PARSE_IN_PYTHON_MAX = 50_000
 
 PARTITION_BITS = 5
 SPILL_BUFFER_BYTES = 32 * 1024
+# Keys of a tier are sorted and written to the partitions this many at a time.
+SPILL_KEYS = 256 * 1024
 MAGIC = b"MKFPRNT1"
 _U64 = np.uint64
 _MASK = (1 << 64) - 1
@@ -580,6 +584,8 @@ class _Spill:
         self.folder = folder
         self.parts = 1 << PARTITION_BITS
         self.bounds = np.arange(1, self.parts, dtype=_U64) << _U64(64 - PARTITION_BITS)
+        self.pending: list[list[np.ndarray]] = [[] for _ in range(tiers)]
+        self.pending_rows = [0] * tiers
         self.files: list[list[IO[bytes]]] = [
             [self._path(t, p).open("wb", buffering=SPILL_BUFFER_BYTES) for p in range(self.parts)]
             for t in range(tiers)
@@ -589,13 +595,25 @@ class _Spill:
         return self.folder / f"t{tier}-p{part}.u64"
 
     def add(self, tier: int, keys: np.ndarray) -> None:
-        ordered = np.sort(keys)
+        self.pending[tier].append(keys)
+        self.pending_rows[tier] += len(keys)
+        if self.pending_rows[tier] >= SPILL_KEYS:
+            self._flush(tier)
+
+    def _flush(self, tier: int) -> None:
+        if not self.pending[tier]:
+            return
+        ordered = np.sort(np.concatenate(self.pending[tier]))
+        self.pending[tier].clear()
+        self.pending_rows[tier] = 0
         for part, chunk in enumerate(np.split(ordered, np.searchsorted(ordered, self.bounds))):
             if len(chunk):
                 self.files[tier][part].write(chunk.tobytes())
 
     def close(self) -> None:
-        for files in self.files:
+        for tier, files in enumerate(self.files):
+            if not files[0].closed:
+                self._flush(tier)
             for fh in files:
                 fh.close()
 
@@ -716,18 +734,32 @@ def _build_once(
         spill = _Spill(folder, tiers)
         reservoir = _Reservoir()
         rows = 0
+        pending: list[tuple[list[CanonicalColumn | None], int]] = []
+        pending_rows = 0
+
+        def flush() -> None:
+            if not pending_rows:
+                return
+            cells = _concat_cells(pending, pending_rows)
+            pending.clear()
+            keys = row_keys(scheme, cells)
+            for tier in range(tiers):
+                spill.add(tier, keys.keys(tier))
+            reservoir.add(scheme, cells, pending_rows)
+
         try:
+            # Small reader blocks keep Arrow's memory low; keys are computed on groups of
+            # batches, so the per-call cost of the array operations is paid once per group.
             for batch in _chain(head, iterator):
                 if not batch.num_rows:
                     continue
-                cells = canonical_batch(batch, columns)
-                if all(c is None for c in cells):
-                    cells[0] = CanonicalColumn.missing(batch.num_rows)
-                keys = row_keys(scheme, cells)
-                for tier in range(tiers):
-                    spill.add(tier, keys.keys(tier))
-                reservoir.add(scheme, cells, batch.num_rows)
+                pending.append((canonical_batch(batch, columns), batch.num_rows))
+                pending_rows += batch.num_rows
                 rows += batch.num_rows
+                if pending_rows >= KEY_GROUP_ROWS:
+                    flush()
+                    pending_rows = 0
+            flush()
         finally:
             spill.close()
         head.clear()
@@ -735,6 +767,31 @@ def _build_once(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return summary
+
+
+def _concat_cells(
+    groups: Sequence[tuple[Sequence[CanonicalColumn | None], int]], rows: int
+) -> list[CanonicalColumn | None]:
+    """Each column's cells over several batches (None only when no batch has the column)."""
+    columns: list[CanonicalColumn | None] = []
+    for index in range(len(groups[0][0])):
+        if all(cells[index] is None for cells, _ in groups):
+            columns.append(None)
+            continue
+        present = [cells[index] or CanonicalColumn.missing(count) for cells, count in groups]
+        if len(present) == 1:
+            columns.append(present[0])
+            continue
+        columns.append(
+            CanonicalColumn(
+                np.concatenate([p.kind for p in present]),
+                np.concatenate([p.number for p in present]),
+                np.concatenate([p.token for p in present]),
+            )
+        )
+    if all(c is None for c in columns):
+        columns[0] = CanonicalColumn.missing(rows)
+    return columns
 
 
 def _write(
@@ -854,7 +911,7 @@ def open_fingerprints(path: Path) -> Iterator[Fingerprints]:
 
 # --- reading dataset files in batches --------------------------------------------------------
 
-CSV_BLOCK_BYTES = 1024 * 1024
+CSV_BLOCK_BYTES = 256 * 1024
 CSV_HEAD_BYTES = 1024 * 1024
 PARQUET_BATCH_ROWS = 64 * 1024
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")
@@ -932,7 +989,7 @@ class _CsvSource:
         with self.path.open("rb") as fh:
             reader = self.pacsv.open_csv(
                 fh,
-                read_options=self.pacsv.ReadOptions(use_threads=True, block_size=CSV_BLOCK_BYTES),
+                read_options=self.pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES),
                 parse_options=self.parse,
                 convert_options=self.pacsv.ConvertOptions(
                     include_columns=list(self.types),
