@@ -38,6 +38,7 @@ from pipeline.tables import Contribution, DatasetVersion, Model
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pipeline.integrity import ModelIntegrity
     from pipeline.quality import QualityReport
 
 log = logging.getLogger(__name__)
@@ -311,27 +312,24 @@ def run_integrity_checks(svc: Services, batch: Batch) -> list[CheckOutcome]:
         for item in pending:
             fail_job(svc.db, item, "the integrity checks", exc)
         return [_integrity_error(item) for item in pending]
-    outcomes = []
-    for item in pending:
-        if not model.has_benchmark:
-            outcomes.append(
-                CheckOutcome(item.version, True, "no benchmark yet: checked when one arrives", {})
-            )
-            continue
-        try:
-            report = model.inspect(load_frame(svc.store, item), job_id=item.contribution_id)
-        except Exception as exc:
-            fail_job(svc.db, item, "the integrity checks", exc)
-            outcomes.append(_integrity_error(item))
-            continue
-        figures = report.figures()
-        _merge_quality(svc.db, item, {"integrity": figures})
-        reason = report.reason()
-        if reason is not None:
-            transition(svc.db, item.contribution_id or "", (VALIDATING,), REJECTED, reason=reason)
-        summary = reason or integrity_summary(figures)
-        outcomes.append(CheckOutcome(item.version, reason is None, summary, figures))
-    return outcomes
+    with model:
+        return [_check_integrity(svc, model, item) for item in pending]
+
+
+def _check_integrity(svc: Services, model: ModelIntegrity, item: VersionItem) -> CheckOutcome:
+    if not model.has_benchmark:
+        return CheckOutcome(item.version, True, "no benchmark yet: checked when one arrives", {})
+    try:
+        report = model.inspect(load_frame(svc.store, item), job_id=item.contribution_id)
+    except Exception as exc:
+        fail_job(svc.db, item, "the integrity checks", exc)
+        return _integrity_error(item)
+    figures = report.figures()
+    _merge_quality(svc.db, item, {"integrity": figures})
+    reason = report.reason()
+    if reason is not None:
+        transition(svc.db, item.contribution_id or "", (VALIDATING,), REJECTED, reason=reason)
+    return CheckOutcome(item.version, reason is None, reason or integrity_summary(figures), figures)
 
 
 def _integrity_error(item: VersionItem) -> CheckOutcome:

@@ -440,9 +440,9 @@ class IntegrityReport:
             leak = self.leakage
             return (
                 f"benchmark leakage: {leak.copies} of {leak.rows} rows copy or nearly copy rows "
-                f"of the model's benchmark {leak.benchmark_version} ({self.copy_rule}; at most "
-                f"{math.floor(leak.allowed)} expected by chance): nothing is paid and the rows "
-                "are not used for training"
+                f"of the model's benchmark {leak.benchmark_version} ({self.copy_rule}; "
+                f"{math.floor(leak.allowed)} allowed for chance and tolerance): nothing is paid "
+                "and the rows are not used for training"
             )
         if self.already_contributed:
             return (
@@ -489,11 +489,16 @@ class IntegrityReport:
 
 
 class ModelIntegrity:
-    """What checking a model's contributions needs, read once per batch."""
+    """What checking a model's contributions needs, read once per batch; use it with `with`.
+
+    The benchmarks' fingerprint files stay open (downloaded once, on S3) until it closes.
+    """
 
     def __init__(self, svc: Services, model_id: int) -> None:
         self.svc = svc
         self.model_id = model_id
+        self._files = contextlib.ExitStack()
+        self._opened: dict[str, Fingerprints] = {}
         self.task_type, self.estimator = _task_type(svc, model_id)
         self.benchmarks = model_benchmarks(svc, model_id)
         self.keys = {
@@ -506,9 +511,22 @@ class ModelIntegrity:
         self._accepted_frame: pd.DataFrame | None = None
         self._accepted_read = False
 
+    def __enter__(self) -> ModelIntegrity:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._opened.clear()
+        self._files.close()
+
     @property
     def has_benchmark(self) -> bool:
         return bool(self.benchmarks)
+
+    def _fingerprints(self, ref: BenchmarkRef) -> Fingerprints:
+        key = self.keys[ref.version]
+        if key not in self._opened:
+            self._opened[key] = self._files.enter_context(opened_fingerprints(self.svc, key))
+        return self._opened[key]
 
     def inspect(self, frame: pd.DataFrame, *, job_id: str | None) -> IntegrityReport:
         settings = self.svc.settings
@@ -518,18 +536,18 @@ class ModelIntegrity:
         latest: FingerprintSummary | None = None
         latest_keys: RowKeys | None = None
         for ref in self.benchmarks:
-            with opened_fingerprints(self.svc, self.keys[ref.version]) as fingerprints:
-                keys = frame_keys(fingerprints.scheme, frame)
-                leak = count_benchmark_copies(
-                    keys,
-                    fingerprints,
-                    tolerance=settings.integrity_copy_tolerance,
-                    version=ref.version,
-                )
-                if latest is None:
-                    latest, latest_keys = fingerprints.summary, keys
-                if worst is None or leak.copies - leak.allowed > worst.copies - worst.allowed:
-                    worst, rule = leak, copy_rule(leak.tier, fingerprints.scheme)
+            fingerprints = self._fingerprints(ref)
+            keys = frame_keys(fingerprints.scheme, frame)
+            leak = count_benchmark_copies(
+                keys,
+                fingerprints,
+                tolerance=settings.integrity_copy_tolerance,
+                version=ref.version,
+            )
+            if latest is None:
+                latest, latest_keys = fingerprints.summary, keys
+            if worst is None or leak.copies - leak.allowed > worst.copies - worst.allowed:
+                worst, rule = leak, copy_rule(leak.tier, fingerprints.scheme)
         known = 0
         novel = frame
         if latest is not None and latest_keys is not None:

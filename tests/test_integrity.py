@@ -658,3 +658,27 @@ def test_a_benchmark_upload_whose_fingerprinting_fails_is_stored_and_fingerprint
     run_pipeline(svc, version)
     assert store.exists(fingerprints)
     assert integrity(db, job_id)["verdict"] == "benchmark leakage"
+
+
+def test_on_s3_benchmark_and_accepted_fingerprints_are_stored_and_read_back(
+    s3_settings: Settings, db: Database
+) -> None:
+    from pipeline.objectstore import object_store_from_settings
+
+    store = object_store_from_settings(s3_settings)
+    svc = Services(s3_settings, db=db, store=store)
+    _, bench = add_benchmark(db, store)
+    first, version = contribute(db, store, churn_rows(300, seed=2), with_manifest=manifest())
+    run_pipeline(svc, version)
+    assert store.exists(benchmark_fingerprint_key(1, bench))
+    assert integrity(db, first)["verdict"] == "passed"
+    assert accepted_jobs(db, 1) == {first}
+
+    copied, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())
+    again, version_again = contribute(db, store, churn_rows(300, seed=2), user="bob")
+    run_pipeline(svc, version_again)  # one batch: both
+    assert integrity(db, copied)["verdict"] == "benchmark leakage"
+    assert integrity(db, again)["verdict"] == "already contributed"
+    [item] = accepted_items(db, 1)
+    scheme = benchmark_summary(svc, benchmark_fingerprint_key(1, bench)).scheme
+    assert store.exists(accepted_keys_key(1, item.dataset_version_id, scheme))
