@@ -12,6 +12,10 @@ import dagster as dg
 from assets.datasets import (
     dataset_version,
     dataset_version_readable,
+    integrity_report,
+    labels_consistent,
+    new_rows,
+    no_benchmark_copies,
     no_pii,
     pii_report,
     quality_report,
@@ -21,10 +25,25 @@ from assets.evaluation import evaluation, improves_model, rewards
 from assets.partitions import EVALUATION_JOB, TAG_CONCURRENCY
 from assets.resources import resource_defs
 
-ASSETS: list[Any] = [dataset_version, quality_report, pii_report, evaluation, rewards]
-ASSET_CHECKS: list[Any] = [dataset_version_readable, quality_thresholds, no_pii, improves_model]
+ASSETS: list[Any] = [
+    dataset_version,
+    quality_report,
+    pii_report,
+    integrity_report,
+    evaluation,
+    rewards,
+]
+ASSET_CHECKS: list[Any] = [
+    dataset_version_readable,
+    quality_thresholds,
+    no_pii,
+    no_benchmark_copies,
+    new_rows,
+    labels_consistent,
+    improves_model,
+]
 
-# One run per dataset-version partition: the five assets and their checks. The partitions are
+# One run per dataset-version partition: the six assets and their checks. The partitions are
 # the assets' own (`dataset_versions`; dagster 1.13 infers them and deprecates passing them).
 # The concurrency tag is what dagster.yaml limits to SCHEDULER_MAX_CONCURRENT runs at once.
 # Steps run in the run's one process: each step would otherwise start a process that imports

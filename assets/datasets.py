@@ -1,4 +1,4 @@
-"""Dataset-version assets and their blocking checks: the stored object, quality, PII.
+"""Dataset-version assets and their blocking checks: the stored object, quality, PII, integrity.
 
 One partition per dataset version (`{model_id}__{version}`). A run for a partition claims every
 pending version of the model up to it (`pipeline.batches.claim_batch`), so the assets below
@@ -33,7 +33,9 @@ from pipeline.checks import (
     CheckOutcome,
     VersionSummary,
     describe_batch,
+    integrity_outcomes,
     readability_outcomes,
+    run_integrity_checks,
     run_pii_scans,
     run_quality_checks,
     verdict,
@@ -365,3 +367,116 @@ def no_pii(
     return judge(
         context, pii_report.batch, pii_report.outcomes, marketplace, "PII scan", pii_figures
     )
+
+
+INTEGRITY_COLUMNS = ("benchmark_copies", "known_rows", "novel_rows", "label_disagreement")
+
+
+@dg.asset(
+    partitions_def=dataset_versions,
+    group_name=GROUP,
+    kinds={"numpy", "scikitlearn"},
+    description="Integrity of each contribution still in the batch, after quality and PII: rows "
+    "copying the model's benchmark (fingerprints), rows already accepted for the model, and "
+    "labels checked against the current model and their own cross-validation. A failing "
+    "contribution is rejected before it is valued (docs/integrity.md).",
+)
+def integrity_report(
+    context: dg.AssetExecutionContext,
+    marketplace: MarketplaceResource,
+    quality_report: StepResult,
+    pii_report: StepResult,
+) -> dg.MaterializeResult:
+    batch = pii_report.batch
+    outcomes = run_integrity_checks(marketplace.services, batch)
+    per_version = {
+        o.version: {"verdict": verdict_of(o), **integrity_figures(o), "summary": o.summary}
+        for o in outcomes
+    }
+    report_materializations(context, batch, per_version)
+    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
+    return dg.MaterializeResult(
+        value=StepResult(batch, tuple(outcomes)),
+        metadata={
+            **metadata_values(own),
+            "checked": len(outcomes),
+            "failed": sum(not o.passed for o in outcomes),
+            "batch_benchmark_copies": sum(
+                int(o.figures.get("benchmark_copies") or 0) for o in outcomes
+            ),
+            "batch_known_rows": sum(int(o.figures.get("known_rows") or 0) for o in outcomes),
+            "integrity": _outcome_table(outcomes, INTEGRITY_COLUMNS),
+        },
+    )
+
+
+def integrity_figures(outcome: CheckOutcome) -> dict[str, Any]:
+    """The integrity counts as numbers (Dagster plots them across versions)."""
+    return {
+        k: v
+        for k, v in outcome.figures.items()
+        if k in INTEGRITY_COLUMNS and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def _integrity_check(
+    context: dg.AssetCheckExecutionContext,
+    result: StepResult,
+    marketplace: MarketplaceResource,
+    check: str,
+    what: str,
+) -> dg.AssetCheckResult:
+    outcomes = integrity_outcomes(result.outcomes, check)
+    return judge(context, result.batch, outcomes, marketplace, what, integrity_figures)
+
+
+@dg.asset_check(
+    asset=integrity_report,
+    name="no_benchmark_copies",
+    blocking=True,
+    partitions_def=dataset_versions,
+    description="No contribution copies or nearly copies the model's benchmark rows beyond "
+    "chance plus INTEGRITY_COPY_TOLERANCE (default 1 % of its rows).",
+)
+def no_benchmark_copies(
+    context: dg.AssetCheckExecutionContext,
+    integrity_report: StepResult,
+    marketplace: MarketplaceResource,
+) -> dg.AssetCheckResult:
+    return _integrity_check(
+        context, integrity_report, marketplace, "benchmark_copies", "leakage check"
+    )
+
+
+@dg.asset_check(
+    asset=integrity_report,
+    name="new_rows",
+    blocking=True,
+    partitions_def=dataset_versions,
+    description="At least INTEGRITY_MIN_NOVEL_SHARE (default 5 %) of each contribution's rows "
+    "are not already accepted for the model; known rows are left out of valuation.",
+)
+def new_rows(
+    context: dg.AssetCheckExecutionContext,
+    integrity_report: StepResult,
+    marketplace: MarketplaceResource,
+) -> dg.AssetCheckResult:
+    return _integrity_check(
+        context, integrity_report, marketplace, "known_rows", "known-rows check"
+    )
+
+
+@dg.asset_check(
+    asset=integrity_report,
+    name="labels_consistent",
+    blocking=True,
+    partitions_def=dataset_versions,
+    description="Labels disagree with the current model and with their own cross-validation "
+    "no more than the reference data does, plus LABEL_DISAGREEMENT_MARGIN.",
+)
+def labels_consistent(
+    context: dg.AssetCheckExecutionContext,
+    integrity_report: StepResult,
+    marketplace: MarketplaceResource,
+) -> dg.AssetCheckResult:
+    return _integrity_check(context, integrity_report, marketplace, "labels", "label check")

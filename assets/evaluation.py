@@ -87,8 +87,9 @@ def evaluation(
     marketplace: MarketplaceResource,
     quality_report: StepResult,
     pii_report: StepResult,
+    integrity_report: StepResult,
 ) -> dg.MaterializeResult:
-    batch = pii_report.batch
+    batch = integrity_report.batch
     outcomes = evaluate_batch(marketplace.services, batch)
     per_version = {
         o.version: evaluation_metadata(o) for o in outcomes if o.version and evaluated(o)

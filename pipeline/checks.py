@@ -1,8 +1,10 @@
-"""Checks of the contributions in a batch: readable file, spec §8 quality with data-spec, PII.
+"""Checks of the contributions in a batch: readable file, spec §8 quality, PII, integrity.
 
 A contribution is checked while its job is `validating`. The steps run in order: reading the
 file with pyarrow (`describe_batch`), the spec §8 quality thresholds with data-spec compliance
-(`run_quality_checks`), the PII scan (`run_pii_scans`). A check that fails moves the job to
+(`run_quality_checks`), the PII scan (`run_pii_scans`), then benchmark leakage, rows already
+accepted and label poisoning (`run_integrity_checks`, see `pipeline.integrity`). A check that
+fails moves the job to
 `rejected` with the reason; an unexpected error moves it to `failed`. A job that passes all of
 them stays `validating` for `pipeline.scoring`. Figures are merged into the job's `quality`.
 
@@ -11,6 +13,7 @@ This module knows nothing of Dagster; `assets/` wraps it.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,7 +39,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from pipeline.integrity import ModelIntegrity
     from pipeline.quality import QualityReport
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,88 @@ def run_pii_scans(svc: Services, batch: Batch) -> list[CheckOutcome]:
             )
         outcomes.append(CheckOutcome(item.version, not report.found, report.summary(), figures))
     return outcomes
+
+
+INTEGRITY_VERDICTS = {
+    "benchmark_copies": "benchmark leakage",
+    "known_rows": "already contributed",
+    "labels": "labels quarantined",
+}
+
+
+def run_integrity_checks(svc: Services, batch: Batch) -> list[CheckOutcome]:
+    """Leakage, known rows and labels of each contribution still validating.
+
+    A benchmark version in the batch is fingerprinted if it was not at upload. Without any
+    benchmark the contributions pass here: evaluation sends them back to the queue, and the
+    run after a benchmark arrives checks them.
+    """
+    from pipeline.integrity import ModelIntegrity, ensure_benchmark_fingerprints, model_benchmarks
+
+    in_batch = {item.dataset_version_id for item in batch.items if item.benchmark_spec_id}
+    for ref in model_benchmarks(svc, batch.model_id):
+        if ref.item.dataset_version_id in in_batch:
+            try:
+                ensure_benchmark_fingerprints(svc, ref)
+            except Exception:  # the contributions' check below tries again and reports it
+                log.exception("model %s %s: fingerprinting failed", batch.model_id, ref.version)
+    pending = _still(svc.db, batch, VALIDATING)
+    if not pending:
+        return []
+    try:
+        model = ModelIntegrity(svc, batch.model_id)
+    except Exception as exc:
+        for item in pending:
+            fail_job(svc.db, item, "the integrity checks", exc)
+        return [_integrity_error(item) for item in pending]
+    with model:
+        return [_check_integrity(svc, model, item) for item in pending]
+
+
+def _check_integrity(svc: Services, model: ModelIntegrity, item: VersionItem) -> CheckOutcome:
+    if not model.has_benchmark:
+        return CheckOutcome(item.version, True, "no benchmark yet: checked when one arrives", {})
+    try:
+        report = model.inspect(load_frame(svc.store, item), job_id=item.contribution_id)
+    except Exception as exc:
+        fail_job(svc.db, item, "the integrity checks", exc)
+        return _integrity_error(item)
+    figures = report.figures()
+    _merge_quality(svc.db, item, {"integrity": figures})
+    reason = report.reason()
+    if reason is not None:
+        transition(svc.db, item.contribution_id or "", (VALIDATING,), REJECTED, reason=reason)
+    return CheckOutcome(item.version, reason is None, reason or integrity_summary(figures), figures)
+
+
+def _integrity_error(item: VersionItem) -> CheckOutcome:
+    return CheckOutcome(
+        item.version, False, "the integrity checks could not run", {"verdict": "error"}
+    )
+
+
+def integrity_summary(figures: dict[str, Any]) -> str:
+    text = (
+        f"{figures['rows']} rows: {figures['benchmark_copies']} benchmark copies, "
+        f"{figures['known_rows']} already accepted"
+    )
+    if figures.get("label_disagreement") is not None:
+        text += (
+            f", label disagreement {figures['label_disagreement']:.1%} "
+            f"(reference {figures['reference_disagreement']:.1%})"
+        )
+    else:
+        text += f", labels {figures.get('label_check', 'not measured')}"
+    return text
+
+
+def integrity_outcomes(outcomes: Sequence[CheckOutcome], check: str) -> list[CheckOutcome]:
+    """The integrity step's outcomes as one of its checks sees them (`INTEGRITY_VERDICTS`)."""
+    failing = {INTEGRITY_VERDICTS[check], "error"}
+    return [
+        CheckOutcome(o.version, o.figures.get("verdict") not in failing, o.summary, o.figures)
+        for o in outcomes
+    ]
 
 
 def _still(db: Database, batch: Batch, status: str) -> list[VersionItem]:

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
 
+    # Integrity of contributions (docs/integrity.md).
+    integrity_copy_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
+    integrity_min_novel_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    label_disagreement_margin: float = Field(default=0.10, gt=0.0, le=1.0)
+
     # Service wiring.
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")

@@ -256,10 +256,13 @@ def _model_settings(db: Database, model_id: int) -> tuple[str, str]:
 def valuation_frame(svc: Services, item: VersionItem, frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of a contribution that are valued and, when it is accepted, trained on.
 
-    The one place a contribution's frame is prepared for valuation: the hook where rows the
-    model has already accepted (known duplicates) are to be taken out. Today: every row.
+    The one place a contribution's frame is prepared for valuation: rows that duplicate rows
+    the model has already accepted, from anyone, are taken out (`pipeline.integrity`), so
+    known rows are never paid twice and uniqueness counts against accepted data.
     """
-    return frame
+    from pipeline.integrity import novel_rows
+
+    return novel_rows(svc, item.model_id, frame, exclude_job=item.contribution_id).frame
 
 
 def _value_contributions(

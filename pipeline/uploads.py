@@ -1,10 +1,12 @@
 """Benchmark dataset uploads (spec §4.3, §7, §8): form settings, content rules, PII, storage.
 
-The upload itself is received and profiled by `pipeline.intake`. An accepted file becomes
-the model's next dataset version: the object `datasets/{model_id}/{version}/{filename}` is
+The upload itself is received and profiled by `pipeline.intake`. An accepted file's rows are
+fingerprinted (`pipeline.integrity`: contributions copying them are refused later), then it
+becomes the model's next dataset version: the fingerprints go to
+`integrity/{model_id}/{version}/` and the object `datasets/{model_id}/{version}/{filename}` is
 written completely, then one transaction writes its DatasetVersion (kind "benchmark") and
 BenchmarkSpec rows, plus the arrival event on the local backend (on S3 the bucket
-notification announces the object). Any failure after the write deletes the object again.
+notification announces the object). Any failure after the writes deletes both objects again.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings
 from pipeline.db import Database
 from pipeline.errors import InvalidInput, Unprocessable
 from pipeline.intake import DatasetIntake, DatasetProfile, ReceivedDataset, stored_filename
+from pipeline.integrity import benchmark_fingerprint_key
 from pipeline.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.queue import enqueue_local_arrival
 from pipeline.registry import allocate_version, get_model
 from pipeline.tables import BenchmarkSpec, DatasetVersion
 
 if TYPE_CHECKING:
+    from pipeline.fingerprints import FingerprintSummary
     from pipeline.pii import PiiReport
 
 log = logging.getLogger(__name__)
@@ -248,6 +253,27 @@ def store_received(store: ObjectStore, key: str, received: ReceivedDataset) -> S
     return store.put_file(key, received.path, sha256=received.sha256, move=True)
 
 
+def fingerprint_received(
+    received: ReceivedDataset, form: BenchmarkForm, task_type: str
+) -> tuple[Path, FingerprintSummary]:
+    """Fingerprint the received rows into a file beside the upload (removed with it)."""
+    from pipeline.integrity import fingerprint_benchmark_file
+
+    folder = received.path.parent
+    out = folder / "benchmark.fingerprints"
+    summary = fingerprint_benchmark_file(
+        received.path,
+        received.file_format,
+        columns=received.profile.columns,
+        target_column=form.target_column,
+        input_columns=form.input_columns,
+        task_type=task_type,
+        out=out,
+        tmp_root=folder,
+    )
+    return out, summary
+
+
 def accept_benchmark_upload(
     db: Database,
     store: ObjectStore,
@@ -272,11 +298,24 @@ def accept_benchmark_upload(
     if not form.allow_pii:
         check_pii(received.profile, settings)
     scanned = time.perf_counter()
+    fingerprints: Path | None = None
+    fingerprinted_rows = 0
+    try:
+        fingerprints, summary = fingerprint_received(received, form, target.task_type)
+        fingerprinted_rows = summary.rows
+    except Exception:
+        # Not a reason to refuse a valid benchmark: the pipeline fingerprints it when missing.
+        log.exception("fingerprinting the benchmark upload failed; the pipeline will retry")
+    fingerprinted = time.perf_counter()
     name = stored_filename(intake.filename, received.file_format)
 
     number, version = allocate_version(db, target.model_id)
     key = dataset_key(target.model_id, version, name)
+    fingerprint_key = benchmark_fingerprint_key(target.model_id, version)
     try:
+        # Fingerprints first: an arrival announced by the dataset object finds them.
+        if fingerprints is not None:
+            store.put_file(fingerprint_key, fingerprints)
         stored = store_received(store, key, received)
         written = time.perf_counter()
         with db.session() as session:
@@ -294,22 +333,26 @@ def accept_benchmark_upload(
             if local_queue:
                 enqueue_local_arrival(session, stored)
     except BaseException:
-        try:
-            store.delete(key)
-        except Exception:  # the original failure matters more; the key is logged
-            log.exception("could not delete %s after a failed upload", key)
+        for written_key in (key, fingerprint_key):
+            try:
+                store.delete(written_key)
+            except Exception:  # the original failure matters more; the key is logged
+                log.exception("could not delete %s after a failed upload", written_key)
         raise
     log.info(
-        "benchmark upload stored: model %s %s %s (%d rows, %d bytes); seconds after the "
-        "last byte: checks %.2f, PII %.2f, object write %.2f, commit %.2f",
+        "benchmark upload stored: model %s %s %s (%d rows, %d bytes, %d fingerprinted); "
+        "seconds after the last byte: checks %.2f, PII %.2f, fingerprints %.2f, "
+        "object write %.2f, commit %.2f",
         target.model_id,
         version,
         name,
         received.profile.row_count,
         stored.size_bytes,
+        fingerprinted_rows,
         checked - started,
         scanned - checked,
-        written - scanned,
+        fingerprinted - scanned,
+        written - fingerprinted,
         time.perf_counter() - written,
     )
     return BenchmarkUpload(

@@ -10,7 +10,12 @@ import pandas as pd
 from sqlalchemy import select
 
 from pipeline.batches import Batch, Services, claim_batch
-from pipeline.checks import describe_batch, run_pii_scans, run_quality_checks
+from pipeline.checks import (
+    describe_batch,
+    run_integrity_checks,
+    run_pii_scans,
+    run_quality_checks,
+)
 from pipeline.config import Settings
 from pipeline.contributions import ContributionRequest, submit_contribution
 from pipeline.db import Database
@@ -207,11 +212,12 @@ class RunResult:
 def run_pipeline(
     svc: Services, version: str, *, model_id: int = DEMO_MODEL, trigger: str = "arrival"
 ) -> RunResult:
-    """The asset chain without Dagster: claim, read, quality, PII, evaluate, pay."""
+    """The asset chain without Dagster: claim, read, quality, PII, integrity, evaluate, pay."""
     batch = claim_batch(svc, model_id, version, trigger=trigger, run_id="test-run")
     describe_batch(svc, batch)
     run_quality_checks(svc, batch)
     run_pii_scans(svc, batch)
+    run_integrity_checks(svc, batch)
     evaluations = evaluate_batch(svc, batch)
     return RunResult(batch, evaluations, pay_batch(svc, model_id, evaluations))
 

@@ -43,8 +43,23 @@ from tests.pipeline_support import (
     ticket_rows,
 )
 
-ASSET_NAMES = ["dataset_version", "quality_report", "pii_report", "evaluation", "rewards"]
-CHECK_NAMES = {"readable", "quality_thresholds", "no_pii", "improves_model"}
+ASSET_NAMES = [
+    "dataset_version",
+    "quality_report",
+    "pii_report",
+    "integrity_report",
+    "evaluation",
+    "rewards",
+]
+CHECK_NAMES = {
+    "readable",
+    "quality_thresholds",
+    "no_pii",
+    "no_benchmark_copies",
+    "new_rows",
+    "labels_consistent",
+    "improves_model",
+}
 
 # The domain runs on both backends in test_processing.py; here only the good path does too.
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -196,6 +211,28 @@ def test_low_quality_contribution_is_rejected_and_its_check_blocks_evaluation(
     row = job(db, job_id)
     assert row.status == "rejected"
     assert (row.reason or "").startswith("quality checks failed:")
+    assert ledger_count(db) == 0
+
+
+@sqlite_only
+def test_benchmark_copy_is_rejected_and_its_integrity_check_blocks_evaluation(
+    settings: Settings, db: Database, store: LocalObjectStore, instance: dg.DagsterInstance
+) -> None:
+    add_benchmark(db, store)  # churn_rows(300, seed=1) with a split column
+    materialize(settings, instance, 1, ["v1"])
+    job_id, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())
+
+    result = materialize(settings, instance, 1, [version])
+
+    assert not result.success
+    leak = checks(result)["no_benchmark_copies"]
+    assert not leak.passed and leak.severity == dg.AssetCheckSeverity.ERROR
+    assert "200 of 200 rows copy" in (leak.description or "")
+    assert checks(result)["new_rows"].passed and checks(result)["labels_consistent"].passed
+    assert metadata(result, "integrity_report")["benchmark_copies"] == 200
+    for blocked in ("evaluation", "rewards"):
+        assert f"1__{version}" not in materialized(instance, blocked)
+    assert (job(db, job_id).reason or "").startswith("benchmark leakage: 200 of 200 rows")
     assert ledger_count(db) == 0
 
 
@@ -402,7 +439,7 @@ def test_figures_are_numbers_so_dagster_plots_them(
 
 
 @sqlite_only
-def test_evaluation_job_targets_the_five_assets_with_the_concurrency_tag(
+def test_evaluation_job_targets_the_six_assets_with_the_concurrency_tag(
     settings: Settings,
 ) -> None:
     defs = dg.Definitions(

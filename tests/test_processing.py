@@ -232,8 +232,11 @@ def test_pii_detection_off_lets_the_same_data_through(
 
 
 def test_contribution_that_does_not_improve_is_rejected_with_the_scores(
-    svc: Services, db: Database, store: LocalObjectStore
+    settings: Settings, db: Database, store: LocalObjectStore
 ) -> None:
+    # Inverted labels are quarantined by the label check (tests/test_integrity.py); with the
+    # widest margin it lets them through, so evaluation's own verdict is tested here.
+    svc = Services(settings.model_copy(update={"label_disagreement_margin": 1.0}), db, store)
     add_benchmark(db, store)
     first_id, first = contribute(db, store, churn_rows(300, seed=2), with_manifest=manifest())
     run_pipeline(svc, first)

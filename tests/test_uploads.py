@@ -649,7 +649,8 @@ def test_on_s3_the_object_is_put_and_announced_through_sqs(
     key = f"datasets/1/v1/{name_for(file_format)}"
     assert response.json()["s3_uri"] == f"s3://{s3_settings.service_dataset_bucket}/{key}"
     assert response.json()["sha256_hash"] == hashlib.sha256(data).hexdigest()
-    assert _bucket_keys(s3_settings) == [key]
+    # The rows' fingerprints are kept outside `datasets/`, where nothing counts as an arrival.
+    assert _bucket_keys(s3_settings) == [key, "integrity/1/v1/benchmark.fingerprints"]
     assert key in _queued_keys(s3_settings, wait_for=key)
     # The bucket notification announces the object: no local arrival event is written.
     assert counts(db) == (1, 1, 0)
