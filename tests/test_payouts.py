@@ -97,6 +97,18 @@ def diabetes_model(db: Database, store: LocalObjectStore) -> int:
     return model_id
 
 
+LABEL_CHECK_ON = {"test_the_sabotage_itself_is_quarantined_by_the_label_check"}
+
+
+@pytest.fixture(autouse=True)
+def valuation_alone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests value data that the label check (tests/test_integrity.py) quarantines first,
+    e.g. targets shrunk to the mean; to test the valuation rules behind it, the label check
+    reports "not measured" here, except in the tests of LABEL_CHECK_ON."""
+    if request.node.originalname not in LABEL_CHECK_ON:
+        monkeypatch.setattr("pipeline.integrity.check_labels", lambda *_a, **_k: None)
+
+
 def shrunk_to_the_mean(k: float) -> list[dict[str, Any]]:
     """Diabetes rows whose targets keep only `k` of their spread around the mean."""
     frame = DIABETES.iloc[192:342].copy()
@@ -140,6 +152,23 @@ def test_a_gain_within_noise_is_rejected_with_its_interval_and_never_trained_on(
     assert paid.status == REWARDED, paid.reason
     # r2 0 → 0.496 on 100 rows: 49.6 points x volume 0.5.
     assert paid.tokens == pytest.approx(49.61 * 0.5, abs=0.05)
+
+
+def test_the_sabotage_itself_is_quarantined_by_the_label_check(
+    svc: Services, db: Database, store: LocalObjectStore
+) -> None:
+    # The issue's attack with every check on: targets shrunk to the mean never reach valuation.
+    model_id = diabetes_model(db, store)
+    for k in (0.02, 0.05):
+        job_id, version = contribute(
+            db, store, shrunk_to_the_mean(k), model_id=model_id, with_manifest=manifest()
+        )
+        run_pipeline(svc, version, model_id=model_id)
+        row = job(db, job_id)
+        assert row.status == REJECTED
+        assert (row.reason or "").startswith("labels quarantined: targets (1 - R²) disagree")
+    assert ledger(db) == {}
+    assert accepted_data(db, model_id)["versions"] == []
 
 
 def test_a_sabotaged_regression_baseline_does_not_inflate_the_next_payout(
