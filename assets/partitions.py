@@ -49,7 +49,8 @@ class RetirementPlan:
 
     keys: list[str]
     scanned: int
-    cursor: str | None  # None: the pass reached the last partition; start over next time
+    cursor: str | None  # where the next pass starts; None: from the oldest partition
+    finished: bool  # this pass reached the newest partition
 
 
 def plan_retirement(
@@ -74,6 +75,7 @@ def plan_retirement(
     keys: list[str] = []
     scanned = 0
     cursor = cursor or None
+    finished = False
     while len(keys) < limit:
         page = instance.get_paginated_dynamic_partitions(
             PARTITIONS_DEF_NAME, limit=page_size, ascending=True, cursor=cursor
@@ -94,12 +96,12 @@ def plan_retirement(
             break
         keys.extend(found)
         if not page.has_more:
-            cursor = None
+            cursor, finished = None, True
             break
         cursor = page.cursor
         if deadline is not None and monotonic() >= deadline:
             break
-    return RetirementPlan(keys, scanned, cursor)
+    return RetirementPlan(keys, scanned, cursor, finished)
 
 
 def delete_partitions(instance: dg.DagsterInstance, keys: Sequence[str], threads: int = 4) -> int:
@@ -138,7 +140,7 @@ def retire_settled(
         )
         retired += delete_partitions(instance, plan.keys, threads=threads)
         scanned += plan.scanned
-        if plan.cursor is None:
+        if plan.finished:
             break
         cursor = plan.cursor
     return retired, scanned

@@ -45,8 +45,8 @@ def cmd_retire(args: argparse.Namespace) -> int:
     keep_hours = settings.partition_keep_hours if args.keep_hours is None else args.keep_hours
     cutoff = settled_cutoff(utcnow(), keep_hours)
     limit = args.limit if args.limit is not None else sys.maxsize
-    db = Database.from_settings(settings)
     instance = dagster_instance(settings)
+    db = Database.from_settings(settings)
     try:
         if args.dry_run:
             plan = plan_retirement(instance, db, settled_before=cutoff, limit=limit)

@@ -21,6 +21,7 @@ from assets.partitions import (
     parse_partition_key,
     partition_key,
     plan_retirement,
+    retire_settled,
 )
 from pipeline.config import Settings, get_settings
 from pipeline.db import Database
@@ -169,7 +170,7 @@ def test_plan_finds_the_settled_partitions_in_order(
     )
     assert plan.keys == versions.keys(versions.settled)
     assert plan.scanned == len(keys)
-    assert plan.cursor is None  # walked to the end
+    assert plan.finished and plan.cursor is None  # walked to the end; next time from the start
 
 
 def test_small_passes_retire_every_settled_partition_once_and_keep_history(
@@ -193,7 +194,7 @@ def test_small_passes_retire_every_settled_partition_once_and_keep_history(
         assert len(plan.keys) <= 1
         assert delete_partitions(instance, plan.keys, threads=2) == len(plan.keys)
         retired += plan.keys
-        if plan.cursor is None and not plan.keys:
+        if plan.finished and not plan.keys:
             break
         cursor = plan.cursor
     else:
@@ -218,7 +219,7 @@ def test_plan_stops_when_its_time_budget_is_spent(
         time_budget_seconds=5, monotonic=lambda: next(clock),
     )  # fmt: skip
     assert plan.scanned == 3
-    assert plan.cursor is not None  # the next pass goes on after the first page
+    assert plan.cursor is not None and not plan.finished  # the next pass goes on after page 1
     assert plan.keys == [
         k for k in versions.keys(versions.all[:3]) if k in versions.keys(versions.settled)
     ]
@@ -346,3 +347,17 @@ def test_cli_retire_without_an_instance_says_so(
     assert main(["partitions", "retire"]) == 2
     assert "no Dagster instance" in capsys.readouterr().err
     assert not (empty / "dagster.yaml").exists()  # a maintenance command writes no config
+
+
+def test_a_full_first_page_is_not_the_end_of_the_walk(
+    db: Database, versions: Versions, instance: dg.DagsterInstance
+) -> None:
+    _register(instance, versions)
+    cutoff = settled_cutoff(versions.now, 24)
+    # The first page (v1..v3) holds two settled versions; a pass may take one.
+    plan = plan_retirement(instance, db, settled_before=cutoff, limit=1, page_size=3)
+    assert plan.keys == versions.keys(versions.settled[:1])
+    assert plan.cursor is None and not plan.finished  # the next pass walks page 1 again
+    retired, looked_at = retire_settled(instance, db, settled_before=cutoff, limit=100)
+    assert retired == len(versions.settled)
+    assert looked_at == len(versions.all) + 2
