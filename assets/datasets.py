@@ -109,6 +109,27 @@ def judge(
     )
 
 
+def step_output(
+    context: dg.AssetExecutionContext,
+    marketplace: MarketplaceResource,
+    batch: Batch,
+    outcomes: Sequence[CheckOutcome],
+    figures: Callable[[CheckOutcome], dict[str, Any]],
+    batch_metadata: dict[str, Any],
+) -> dg.MaterializeResult:
+    """A check step's output: each version's verdict and figures on its own partition; on the
+    run's partition its own version's (else where it stands) beside the batch's figures."""
+    per_version = {
+        o.version: {"verdict": verdict_of(o), **figures(o), "summary": o.summary} for o in outcomes
+    }
+    report_materializations(context, batch, per_version)
+    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
+    return dg.MaterializeResult(
+        value=StepResult(batch, tuple(outcomes)),
+        metadata={**metadata_values(own), **batch_metadata},
+    )
+
+
 def verdict_of(outcome: CheckOutcome) -> str:
     """A check step's word on a version: a failure rejects it at once (`pipeline.checks`)."""
     return "passed" if outcome.passed else "rejected"
@@ -267,16 +288,13 @@ def quality_report(
 ) -> dg.MaterializeResult:
     batch = dataset_version.batch
     outcomes = run_quality_checks(marketplace.services, batch)
-    per_version = {
-        o.version: {"verdict": verdict_of(o), **quality_figures(o), "summary": o.summary}
-        for o in outcomes
-    }
-    report_materializations(context, batch, per_version)
-    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
-    return dg.MaterializeResult(
-        value=StepResult(batch, tuple(outcomes)),
-        metadata={
-            **metadata_values(own),
+    return step_output(
+        context,
+        marketplace,
+        batch,
+        outcomes,
+        quality_figures,
+        {
             "checked": len(outcomes),
             "failed": sum(not o.passed for o in outcomes),
             "strict": marketplace.services.settings.data_validation_strict,
@@ -333,16 +351,13 @@ def pii_report(
 ) -> dg.MaterializeResult:
     batch = dataset_version.batch
     outcomes = run_pii_scans(marketplace.services, batch)
-    per_version = {
-        o.version: {"verdict": verdict_of(o), **pii_figures(o), "summary": o.summary}
-        for o in outcomes
-    }
-    report_materializations(context, batch, per_version)
-    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
-    return dg.MaterializeResult(
-        value=StepResult(batch, tuple(outcomes)),
-        metadata={
-            **metadata_values(own),
+    return step_output(
+        context,
+        marketplace,
+        batch,
+        outcomes,
+        pii_figures,
+        {
             "enabled": marketplace.services.settings.enable_pii_detection,
             "scanned": len(outcomes),
             "with_pii": sum(not o.passed for o in outcomes),
@@ -389,16 +404,13 @@ def integrity_report(
 ) -> dg.MaterializeResult:
     batch = pii_report.batch
     outcomes = run_integrity_checks(marketplace.services, batch)
-    per_version = {
-        o.version: {"verdict": verdict_of(o), **integrity_figures(o), "summary": o.summary}
-        for o in outcomes
-    }
-    report_materializations(context, batch, per_version)
-    own = per_version.get(batch.version) or standing(marketplace.services.db, batch)
-    return dg.MaterializeResult(
-        value=StepResult(batch, tuple(outcomes)),
-        metadata={
-            **metadata_values(own),
+    return step_output(
+        context,
+        marketplace,
+        batch,
+        outcomes,
+        integrity_figures,
+        {
             "checked": len(outcomes),
             "failed": sum(not o.passed for o in outcomes),
             "batch_benchmark_copies": sum(
