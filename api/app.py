@@ -21,12 +21,12 @@ from api.routes import (
     schedules,
     web,
 )
+from pipeline.auth.keys import KeyVerifier
+from pipeline.auth.ratelimit import KeyRateLimiter
 from pipeline.bootstrap import remove_abandoned_temp_files
-from pipeline.config import Settings, get_settings
-from pipeline.db import Database
-from pipeline.keys import KeyVerifier
-from pipeline.objectstore import object_store_from_settings
-from pipeline.ratelimit import KeyRateLimiter
+from pipeline.core.config import Settings, get_settings
+from pipeline.core.db import Database
+from pipeline.store.objectstore import object_store_from_settings
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.

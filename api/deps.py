@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.errors import Unauthenticated
-from pipeline.keys import KeyPrincipal, KeyVerifier
-from pipeline.objectstore import ObjectStore
-from pipeline.registry import require_model_owner
-from pipeline.sessions import Identity, admin_identity, decode_token
+from pipeline.auth.keys import KeyPrincipal, KeyVerifier
+from pipeline.auth.sessions import Identity, admin_identity, decode_token
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.errors import Unauthenticated
+from pipeline.models.registry import require_model_owner
+from pipeline.store.objectstore import ObjectStore
 
 
 def get_settings(request: Request) -> Settings:
@@ -109,7 +109,7 @@ def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
     """Dependency factory: a platform key with `scope` acting for the owner of `{model_id}`.
 
     After the key checks of `platform_key`: 404 for an unknown model, 403 {detail} unless the
-    key acts for the model's owner (`pipeline.registry.acts_for_owner`). It runs before the
+    key acts for the model's owner (`pipeline.models.registry.acts_for_owner`). It runs before the
     route reads the request body, so a refused upload stores nothing. The id is read from the
     path here rather than declared, so the route's own declaration (and its OpenAPI schema)
     stays the only one; a non-integer id is left to the route's validation (400).

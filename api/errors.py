@@ -13,7 +13,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pipeline.errors import (
+from pipeline.core.errors import (
     Conflict,
     DomainError,
     Forbidden,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from pipeline.errors import InvalidInput, PayloadTooLarge
+from pipeline.core.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks

@@ -1,8 +1,8 @@
 """Dataset-version assets and their blocking checks: the stored object, quality, PII, integrity.
 
 One partition per dataset version (`{model_id}__{version}`). A run for a partition claims every
-pending version of the model up to it (`pipeline.batches.claim_batch`), so the assets below
-work on that batch and report each version on its own partition (`assets.reporting`): the
+pending version of the model up to it (`pipeline.evaluation.batches.claim_batch`), so the assets
+below work on that batch and report each version on its own partition (`assets.reporting`): the
 version's file with Dagster's standard metadata, its figures, and its check results.
 
 The checks are blocking: when a version fails one, it is `rejected` at once, and when nothing is
@@ -27,9 +27,7 @@ from assets.reporting import (
     report_materializations,
 )
 from assets.resources import MarketplaceResource
-from pipeline.batches import Batch, StepResult, claim_batch
-from pipeline.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
-from pipeline.checks import (
+from pipeline.checks.batch import (
     CheckOutcome,
     VersionSummary,
     describe_batch,
@@ -40,7 +38,9 @@ from pipeline.checks import (
     run_quality_checks,
     verdict,
 )
-from pipeline.db import Database
+from pipeline.core.db import Database
+from pipeline.evaluation.batches import Batch, StepResult, claim_batch
+from pipeline.intake.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
 
 GROUP = "dataset_versions"
 
@@ -131,7 +131,7 @@ def step_output(
 
 
 def verdict_of(outcome: CheckOutcome) -> str:
-    """A check step's word on a version: a failure rejects it at once (`pipeline.checks`)."""
+    """A check step's word on a version: a failure rejects it at once (`pipeline.checks.batch`)."""
     return "passed" if outcome.passed else "rejected"
 
 

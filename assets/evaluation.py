@@ -19,10 +19,10 @@ from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
-from pipeline.batches import EVALUATING, FAILED, REJECTED, REWARDED, StepResult
-from pipeline.catalog import version_facts
-from pipeline.payouts import RewardOutcome, pay_batch
-from pipeline.scoring import EvaluationOutcome, evaluate_batch
+from pipeline.evaluation.batch_scoring import EvaluationOutcome, evaluate_batch
+from pipeline.evaluation.batches import EVALUATING, FAILED, REJECTED, REWARDED, StepResult
+from pipeline.intake.catalog import version_facts
+from pipeline.rewards.payouts import RewardOutcome, pay_batch
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:

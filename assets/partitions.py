@@ -11,8 +11,8 @@ from datetime import datetime
 
 import dagster as dg
 
-from pipeline.db import Database
-from pipeline.retirement import settled_versions
+from pipeline.core.db import Database
+from pipeline.triggers.retirement import settled_versions
 
 # One partition per stored dataset version; a MultiPartitionsDefinition would cross every model
 # with every version, most of which do not exist.

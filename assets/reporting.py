@@ -1,9 +1,9 @@
 """Per-partition reporting: each version of a run's batch shows its own result on its partition.
 
 A run for the partition `{model_id}__{version}` processes a batch of versions
-(`pipeline.batches.claim_batch`), but Dagster scopes a step's output, and a partitioned check's
-result, to the run's own partition. So every step reports the batch's other versions itself, as
-events of the same run (they link to it in the UI):
+(`pipeline.evaluation.batches.claim_batch`), but Dagster scopes a step's output, and a partitioned
+check's result, to the run's own partition. So every step reports the batch's other versions itself,
+as events of the same run (they link to it in the UI):
 
 - `report_materializations`: an AssetMaterialization on the partition of each other version the
   step produced something for;
@@ -34,9 +34,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from assets.partitions import dataset_versions, partition_key
-from pipeline.batches import Batch
-from pipeline.catalog import VersionFacts, version_facts
-from pipeline.db import Database
+from pipeline.core.db import Database
+from pipeline.evaluation.batches import Batch
+from pipeline.intake.catalog import VersionFacts, version_facts
 
 
 @dataclass(frozen=True)

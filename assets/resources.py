@@ -1,9 +1,9 @@
 """The assets' one resource: settings, database and object store of the marketplace.
 
-Every field left unset comes from the environment through `pipeline.config.Settings`, so the
+Every field left unset comes from the environment through `pipeline.core.config.Settings`, so the
 production `Definitions` use `MarketplaceResource()` (see `resource_defs`); tests build one with
 `MarketplaceResource.from_settings(settings)`. The database engine lives for one step, and so
-does a `LeaseKeeper` renewing the claims of the run (`pipeline.batches`): when the step's
+does a `LeaseKeeper` renewing the claims of the run (`pipeline.evaluation.batches`): when the step's
 process dies, the run's claims run out and the jobs are given back.
 """
 
@@ -15,8 +15,8 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from assets.settings_resource import SettingsResource
-from pipeline.batches import LeaseKeeper, Services
-from pipeline.config import Settings
+from pipeline.core.config import Settings
+from pipeline.evaluation.batches import LeaseKeeper, Services
 
 MARKETPLACE = "marketplace"
 

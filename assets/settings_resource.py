@@ -1,4 +1,4 @@
-"""The base of the Dagster resources: `pipeline.config.Settings` from the environment, with pins.
+"""The base of the Dagster resources: the settings object from the environment, with pins.
 
 Every field left unset comes from the environment, so production `Definitions` use the resources
 with no arguments; tests pin a store with `from_settings(settings, **extra)`.
@@ -10,7 +10,7 @@ from typing import Any, Self
 
 import dagster as dg
 
-from pipeline.config import Settings, load_settings
+from pipeline.core.config import Settings, load_settings
 
 # Settings a deployment (or a test) may pin on a resource instead of the environment.
 PINNABLE = (

@@ -28,14 +28,14 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.checks import count_spec_violations
-from pipeline.datasets import arrow_schema_for
-from pipeline.registry import demo_definition
+from pipeline.checks.batch import count_spec_violations
+from pipeline.intake.parquet_rows import arrow_schema_for
+from pipeline.models.registry import demo_definition
 
 CONTRACTS = ["month-to-month", "one-year", "two-year"]
 METHODS = ["card", "bank-transfer", "electronic-check", "mailed-check"]
 BROKEN_EVERY = 997  # one row in 997 breaks a rule of the data-spec
-# As the pipeline reads CSV (pipeline/quality.py): an empty field is a missing cell.
+# As the pipeline reads CSV (pipeline/checks/quality.py): an empty field is a missing cell.
 CSV_OPTIONS = pacsv.ConvertOptions(strings_can_be_null=True)
 
 

@@ -27,7 +27,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._server import JWT_SECRET, Server, embedded_server, peak_rss_mb
-from pipeline.validation import compile_fast
+from pipeline.models.dataspec import compile_fast
 
 CURVE = (1_000, 10_000, 100_000)
 MEMORY_BODY_BYTES = 50_000_000  # just under the default 50 MiB contribution limit
@@ -117,8 +117,8 @@ def run(url: str, token: str, model_id: int, n_rows: int, repeats: int) -> None:
 
 
 def bench_token(server: Server) -> str:
-    from pipeline.config import Settings
-    from pipeline.sessions import issue_token
+    from pipeline.auth.sessions import issue_token
+    from pipeline.core.config import Settings
 
     settings = Settings(marketplace_data_dir=server.data_dir, jwt_secret=JWT_SECRET)
     return issue_token(settings, "bench")

@@ -45,7 +45,7 @@ SERVER_SCRIPT = """
 import uvicorn
 from api.app import create_app
 from pipeline.bootstrap import prepare_store
-from pipeline.config import get_settings
+from pipeline.core.config import get_settings
 
 settings = get_settings()
 prepare_store(settings)

@@ -40,9 +40,9 @@ from pydantic import SecretStr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._server import JWT_SECRET, Server, embedded_server
-from pipeline.config import Settings
+from pipeline.auth.sessions import issue_token
+from pipeline.core.config import Settings
 from pipeline.demo.churn_data import churn_rows
-from pipeline.sessions import issue_token
 
 MODEL_ID = 1
 ROWS_PER_REQUEST = 100
@@ -150,8 +150,8 @@ def stored_rows(database_url: str, job_ids: list[str], data_dir: Path | None) ->
     import pyarrow.parquet as pq
     from sqlalchemy import select
 
-    from pipeline.db import Database
-    from pipeline.tables import Contribution, DatasetVersion
+    from pipeline.core.db import Database
+    from pipeline.core.tables import Contribution, DatasetVersion
 
     db = Database(database_url)
     found: dict[str, int] = {"jobs_in_database": 0, "rows_in_database": 0}

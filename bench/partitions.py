@@ -72,14 +72,14 @@ from sqlalchemy import create_engine, insert, text, update
 from assets.partitions import retire_settled
 from bench._server import free_port
 from cli.operate import dagster_storage_url, render_dagster_yaml
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.migrate import upgrade
-from pipeline.objectstore import StoredObject, dataset_key
-from pipeline.queue import enqueue_local_arrival
-from pipeline.registry import demo_definition, register_model
-from pipeline.retirement import settled_cutoff
-from pipeline.tables import Contribution, DatasetVersion, Model
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.migrate import upgrade
+from pipeline.core.tables import Contribution, DatasetVersion, Model
+from pipeline.models.registry import demo_definition, register_model
+from pipeline.store.objectstore import StoredObject, dataset_key
+from pipeline.store.queue import enqueue_local_arrival
+from pipeline.triggers.retirement import settled_cutoff
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1_000, 10_000, 100_000)

@@ -37,10 +37,10 @@ from sqlalchemy import create_engine, delete, event, insert, text, update
 from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.pool import NullPool
 
-from pipeline.db import Database
-from pipeline.migrate import upgrade
-from pipeline.schedules import fire_due_schedules
-from pipeline.tables import DatasetVersion, EvaluationSchedule, Model
+from pipeline.core.db import Database
+from pipeline.core.migrate import upgrade
+from pipeline.core.tables import DatasetVersion, EvaluationSchedule, Model
+from pipeline.triggers.schedules import fire_due_schedules
 from sensors.resources import SENSOR_STORE, SensorStore
 from sensors.schedules import make_schedule_sensor
 

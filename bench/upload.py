@@ -39,9 +39,9 @@ import pyarrow.csv as pacsv
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._server import ADMIN_TOKEN, embedded_server, peak_rss_mb
-from pipeline.config import Settings
-from pipeline.intake import profile_path
-from pipeline.uploads import scan_for_pii
+from pipeline.core.config import Settings
+from pipeline.intake.receiving import profile_path
+from pipeline.intake.uploads import scan_for_pii
 
 TARGET = "churned"
 FEATURES = [

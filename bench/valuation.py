@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
-from pipeline.config import load_settings
+from pipeline.core.config import load_settings
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation import BenchmarkScorer, evaluate_contribution
-from pipeline.valuation import Player, ValuationSettings, value_batch
+from pipeline.evaluation.metrics import BenchmarkScorer, evaluate_contribution
+from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 
 OPTIONS = {
     "task_type": "classification",

@@ -43,7 +43,7 @@ from cli.client import (
     resolve_url,
 )
 from cli.datafiles import RowFile, RowFileError, batches, file_sha256, read_rows
-from pipeline.validation import RowError, RowValidator
+from pipeline.models.dataspec import RowError, RowValidator
 
 # Each batch is one contribution, checked on its own against spec §8 (at least 100 rows).
 MIN_ROWS_PER_CONTRIBUTION = 100
@@ -111,12 +111,13 @@ def file_errors(schema: dict[str, Any], rowfile: RowFile) -> list[RowError]:
 def quality_report(
     schema: dict[str, Any], rows: list[dict[str, Any]], failing_rows: int, strict: bool
 ) -> Any:
-    """The spec §8 checks of pipeline/quality.py on the rows as the server would store them."""
+    """The spec §8 checks of pipeline/checks/quality.py on the rows as the server would store
+    them."""
     import pandas as pd
 
-    from pipeline.config import load_settings
-    from pipeline.datasets import rows_to_table
-    from pipeline.quality import check_quality
+    from pipeline.checks.quality import check_quality
+    from pipeline.core.config import load_settings
+    from pipeline.intake.parquet_rows import rows_to_table
 
     settings = load_settings()
     if strict:
@@ -221,7 +222,7 @@ def batch_idempotency_key(model_id: int, file_digest: str, batch_count: int, ind
 
 def load_manifest(path: Path) -> dict[str, Any]:
     """Read and check a spec §2.5 manifest with the server's own check, naming every problem."""
-    from pipeline.rewards import InvalidManifest, decode_manifest, parse_manifest
+    from pipeline.rewards.formula import InvalidManifest, decode_manifest, parse_manifest
 
     try:
         data = decode_manifest(path.read_bytes())
@@ -397,7 +398,7 @@ def model_upload_fields(fields: dict[str, str], model: dict[str, Any] | None) ->
     metric's natural direction. Without the model (unknown id) the fields go as given and the
     server answers.
     """
-    from pipeline.evaluation import METRICS
+    from pipeline.evaluation.metrics import METRICS
 
     chosen = dict(fields)
     if model is not None:

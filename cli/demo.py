@@ -11,6 +11,7 @@ from typing import Any
 
 from cli.client import ClientError
 from cli.contributor import _connection_options, _handles_errors, _model_id, _note, make_client
+from pipeline.core.errors import InvalidInput
 from pipeline.demo.demo_data import (
     BENCHMARK_ROWS,
     CONTRIBUTION_ROWS,
@@ -18,7 +19,6 @@ from pipeline.demo.demo_data import (
     DemoModel,
     make_demo_data,
 )
-from pipeline.errors import InvalidInput
 
 BENCHMARK_FILE = "benchmark.csv"
 CONTRIBUTION_FILE = "contribution.csv"

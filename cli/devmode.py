@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from pipeline.config import Settings
+from pipeline.core.config import Settings
 
 DEBOUNCE_VARIABLE = "EVALUATION_DEBOUNCE_WINDOW_SECONDS"
 POLL_VARIABLE = "ARRIVAL_POLL_INTERVAL_SECONDS"

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 from cli import contributor, demo, operate, orgs, partitions
 from cli.devmode import quiet_library_loggers
-from pipeline.config import ConfigError
-from pipeline.errors import DomainError
+from pipeline.core.config import ConfigError
+from pipeline.core.errors import DomainError
 
 Register = Callable[[argparse._SubParsersAction], None]  # type: ignore[type-arg]
 

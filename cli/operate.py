@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from cli.processes import SupervisedTree, serve_app, signals_noted
-from pipeline.config import Settings, get_settings
-from pipeline.db import Database
-from pipeline.tables import Model
+from pipeline.core.config import Settings, get_settings
+from pipeline.core.db import Database
+from pipeline.core.tables import Model
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from pipeline.registry import ModelOwner
+    from pipeline.models.registry import ModelOwner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def _settings() -> Settings:
 
 
 def cmd_db_upgrade(_: argparse.Namespace) -> int:
-    from pipeline.migrate import upgrade
+    from pipeline.core.migrate import upgrade
 
     settings = _settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -40,8 +40,8 @@ def cmd_db_upgrade(_: argparse.Namespace) -> int:
 
 def _owner_from_args(session: Session, user: str | None, org: str | None) -> ModelOwner | None:
     """--owner-user / --owner-org as a ModelOwner (an organization by id or name), or None."""
-    from pipeline.orgs import find_org
-    from pipeline.registry import ModelOwner
+    from pipeline.auth.orgs import find_org
+    from pipeline.models.registry import ModelOwner
 
     if org is not None:
         return ModelOwner(org_id=find_org(session, org).id)
@@ -52,7 +52,7 @@ def _owner_from_args(session: Session, user: str | None, org: str | None) -> Mod
 
 def cmd_models_add(args: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
-    from pipeline.registry import ModelOwner, load_definition, model_owner, register_model
+    from pipeline.models.registry import ModelOwner, load_definition, model_owner, register_model
 
     settings = _settings()
     prepare_store(settings)
@@ -75,7 +75,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 def cmd_models_set_owner(args: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
-    from pipeline.registry import find_model, model_owner, set_model_owner
+    from pipeline.models.registry import find_model, model_owner, set_model_owner
 
     settings = _settings()
     prepare_store(settings)
@@ -99,7 +99,7 @@ def _owner_text(owner: ModelOwner | None) -> str:
 
 def cmd_models_list(_: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
-    from pipeline.registry import list_models, model_owner
+    from pipeline.models.registry import list_models, model_owner
 
     settings = _settings()
     prepare_store(settings)
@@ -121,7 +121,7 @@ def cmd_models_accepted(args: argparse.Namespace) -> int:
     import json
 
     from pipeline.bootstrap import prepare_store
-    from pipeline.ledger import accepted_data
+    from pipeline.rewards.ledger import accepted_data
 
     settings = _settings()
     prepare_store(settings)
@@ -156,7 +156,7 @@ def _number(value: float | None) -> str:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from pipeline.sessions import issue_token
+    from pipeline.auth.sessions import issue_token
 
     settings = _settings()
     token = issue_token(settings, args.user, admin=args.admin, ttl_seconds=args.ttl)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.config import get_settings
-from pipeline.db import Database
-from pipeline.orgs import (
+from pipeline.auth.orgs import (
     Role,
     create_org,
     find_org,
@@ -15,6 +13,8 @@ from pipeline.orgs import (
     remove_member,
     set_member,
 )
+from pipeline.core.config import get_settings
+from pipeline.core.db import Database
 
 
 def _database() -> Database:

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from pipeline.config import ConfigError, Settings, get_settings
-from pipeline.db import Database
+from pipeline.core.config import ConfigError, Settings, get_settings
+from pipeline.core.db import Database
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -38,8 +38,8 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
 
 def cmd_retire(args: argparse.Namespace) -> int:
     from assets.partitions import plan_retirement, retire_settled
-    from pipeline.retirement import settled_cutoff
-    from pipeline.tables import isoformat_utc, utcnow
+    from pipeline.core.tables import isoformat_utc, utcnow
+    from pipeline.triggers.retirement import settled_cutoff
 
     settings = get_settings()
     keep_hours = settings.partition_keep_hours if args.keep_hours is None else args.keep_hours

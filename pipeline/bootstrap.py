@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.intake import UPLOAD_DIR_PREFIX, upload_tmp_root
-from pipeline.migrate import upgrade
-from pipeline.objectstore import TEMP_PREFIX, TEMP_SUFFIX
-from pipeline.registry import seed_demo_model
-from pipeline.tempfiles import sweep
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.migrate import upgrade
+from pipeline.core.tempfiles import sweep
+from pipeline.intake.receiving import UPLOAD_DIR_PREFIX, upload_tmp_root
+from pipeline.models.registry import seed_demo_model
+from pipeline.store.objectstore import TEMP_PREFIX, TEMP_SUFFIX
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config import get_settings
+from pipeline.core.config import get_settings
 from sensors.arrivals import make_arrival_sensor
 from sensors.partitions import make_retirement_sensor
 from sensors.resources import SENSOR_STORE, SensorStore

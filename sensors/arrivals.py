@@ -8,11 +8,11 @@ One tick:
    has been requested for but the cursor does not hold (a tick that failed after committing
    loses its cursor update; the database still knows);
 3. releases the batches whose window has passed (trailing edge from the first arrival, see
-   `pipeline.arrivals`): one run per model for its newest version, `run_key` derived from the
-   batch, the arrival rows marked with that run key;
-4. gives back the jobs whose claim expired (their run died: `pipeline.batches.expire_leases`)
-   and requests one run per model with jobs given back, `run_key` derived from those jobs and
-   their expired-claim counts, so the request is made once;
+   `pipeline.triggers.arrivals`): one run per model for its newest version, `run_key` derived from
+   the batch, the arrival rows marked with that run key;
+4. gives back the jobs whose claim expired (their run died:
+   `pipeline.evaluation.batches.expire_leases`) and requests one run per model with jobs given back,
+   `run_key` derived from those jobs and their expired-claim counts, so the request is made once;
 5. returns the new partitions, the run requests and the cursor JSON.
 """
 
@@ -32,16 +32,16 @@ from assets.partitions import (
     dataset_versions,
     partition_key,
 )
-from pipeline.arrivals import (
+from pipeline.core.db import Database
+from pipeline.core.tables import utcnow
+from pipeline.evaluation.batches import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
+from pipeline.triggers.arrivals import (
     DebounceCursor,
     batch_run_key,
     drain_queue,
     mark_run_key,
     pending_arrivals,
 )
-from pipeline.batches import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
-from pipeline.db import Database
-from pipeline.tables import utcnow
 from sensors.resources import SensorStore
 
 ARRIVAL_SENSOR = "dataset_arrival_sensor"

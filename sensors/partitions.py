@@ -2,12 +2,12 @@
 
 Each dataset version is one partition of `dataset_versions`, and the asset page's partition
 query reads every partition (docs/scale.md), so partitions are kept for versions that may still
-run and for PARTITION_KEEP_HOURS after a version settles (`pipeline.retirement`), then deleted.
-One tick walks the partitions oldest first from its cursor (`assets.partitions.plan_retirement`)
-and asks the daemon to delete at most PARTITION_RETIRE_PER_TICK of them; the cursor goes back to
-the start once the walk reaches the newest partition. The runs, materializations and check
-results of a retired partition stay in Dagster's event log, and its job, evaluation and ledger
-rows in the marketplace database.
+run and for PARTITION_KEEP_HOURS after a version settles (`pipeline.triggers.retirement`), then
+deleted. One tick walks the partitions oldest first from its cursor
+(`assets.partitions.plan_retirement`) and asks the daemon to delete at most
+PARTITION_RETIRE_PER_TICK of them; the cursor goes back to the start once the walk reaches the
+newest partition. The runs, materializations and check results of a retired partition stay in
+Dagster's event log, and its job, evaluation and ledger rows in the marketplace database.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from datetime import datetime
 import dagster as dg
 
 from assets.partitions import dataset_versions, plan_retirement
-from pipeline.db import Database
-from pipeline.retirement import settled_cutoff
-from pipeline.tables import utcnow
+from pipeline.core.db import Database
+from pipeline.core.tables import utcnow
+from pipeline.triggers.retirement import settled_cutoff
 from sensors.resources import SensorStore
 
 RETIREMENT_SENSOR = "partition_retirement_sensor"

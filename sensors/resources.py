@@ -1,6 +1,6 @@
 """The sensors' one resource: settings, database, object store and arrival queue for a tick.
 
-Every field left unset comes from the environment through `pipeline.config.Settings`, so the
+Every field left unset comes from the environment through `pipeline.core.config.Settings`, so the
 production `Definitions` use `SensorStore()`; tests build one with `SensorStore.from_settings`.
 """
 
@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from assets.settings_resource import SettingsResource
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.objectstore import ObjectStore, object_store_from_settings
-from pipeline.queue import ArrivalQueue, arrival_queue_from_settings
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.store.objectstore import ObjectStore, object_store_from_settings
+from pipeline.store.queue import ArrivalQueue, arrival_queue_from_settings
 
 SENSOR_STORE = "sensor_store"
 

@@ -15,8 +15,8 @@ from datetime import datetime
 import dagster as dg
 
 from assets.partitions import EVALUATION_JOB, dataset_versions
-from pipeline.schedules import fire_due_schedules
-from pipeline.tables import utcnow
+from pipeline.core.tables import utcnow
+from pipeline.triggers.schedules import fire_due_schedules
 from sensors.arrivals import evaluation_request
 from sensors.resources import SensorStore
 

@@ -27,11 +27,11 @@ for _name in [n for n in os.environ if n.startswith(("DATASET_", "SERVICE_", "EN
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from pipeline.config import Settings  # noqa: E402
-from pipeline.db import Database  # noqa: E402
-from pipeline.migrate import upgrade  # noqa: E402
-from pipeline.registry import seed_demo_model  # noqa: E402
-from pipeline.tables import Base  # noqa: E402
+from pipeline.core.config import Settings  # noqa: E402
+from pipeline.core.db import Database  # noqa: E402
+from pipeline.core.migrate import upgrade  # noqa: E402
+from pipeline.core.tables import Base  # noqa: E402
+from pipeline.models.registry import seed_demo_model  # noqa: E402
 
 PG_HOST = os.environ.get("TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TEST_PG_PORT", "5432"))
@@ -172,7 +172,7 @@ def client(app: Any) -> Iterator[Any]:
 @pytest.fixture
 def session_token(settings: Settings) -> Callable[..., str]:
     """Mint a session JWT for a user (admin=True also makes it an admin token)."""
-    from pipeline.sessions import issue_token
+    from pipeline.auth.sessions import issue_token
 
     def mint(user_id: str = "alice", admin: bool = False) -> str:
         return issue_token(settings, user_id, admin=admin)
@@ -191,7 +191,7 @@ def auth_headers(session_token: Callable[..., str]) -> Callable[..., dict[str, s
 @pytest.fixture
 def platform_key(db: Database) -> Callable[..., str]:
     """Create a `platform` API key for a user and return its full value."""
-    from pipeline.keys import KeyCreate, create_key
+    from pipeline.auth.keys import KeyCreate, create_key
 
     def create(user_id: str = "alice", **fields: Any) -> str:
         body = KeyCreate(name=fields.pop("name", "test key"), service_id="platform", **fields)

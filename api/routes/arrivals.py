@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from api.deps import get_db, platform_key
-from pipeline.arrivals import arrival_view, list_arrivals
-from pipeline.db import Database
-from pipeline.keys import KeyPrincipal
+from pipeline.auth.keys import KeyPrincipal
+from pipeline.core.db import Database
+from pipeline.triggers.arrivals import arrival_view, list_arrivals
 
 router = APIRouter(prefix="/api/v1", tags=["dataset arrivals"])
 

@@ -10,14 +10,14 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_db, get_settings, get_store, model_owner_key
 from api.streaming_form import read_streaming_form
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.errors import InvalidInput
-from pipeline.evaluation import DIRECTIONS, METRICS
-from pipeline.intake import DatasetIntake, upload_tmp_root
-from pipeline.keys import KeyPrincipal
-from pipeline.objectstore import ObjectStore
-from pipeline.uploads import FORM_FIELDS, accept_benchmark_upload, load_upload_target
+from pipeline.auth.keys import KeyPrincipal
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.errors import InvalidInput
+from pipeline.evaluation.metrics import DIRECTIONS, METRICS
+from pipeline.intake.receiving import DatasetIntake, upload_tmp_root
+from pipeline.intake.uploads import FORM_FIELDS, accept_benchmark_upload, load_upload_target
+from pipeline.store.objectstore import ObjectStore
 
 UPLOAD_SCOPE = "benchmarks:write"
 

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import get_db
-from pipeline.db import Database
-from pipeline.registry import get_model, list_models
+from pipeline.core.db import Database
+from pipeline.models.registry import get_model, list_models
 
 router = APIRouter(prefix="/api/models", tags=["contract"])
 

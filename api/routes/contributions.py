@@ -13,20 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from api.deps import current_user, get_db, get_settings, get_store
 from api.errors import ContributionBodyInvalid
-from pipeline.config import Settings
-from pipeline.contributions import (
+from pipeline.auth.sessions import Identity
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.errors import InvalidInput, RowValidationFailed
+from pipeline.core.tables import Contribution
+from pipeline.intake.contributions import (
     ContributionRequest,
     contribution_view,
     get_contribution,
     queue_wait,
     submit_contribution,
 )
-from pipeline.db import Database
-from pipeline.errors import InvalidInput, RowValidationFailed
-from pipeline.jsonrows import SplitBody, split_body
-from pipeline.objectstore import ObjectStore
-from pipeline.sessions import Identity
-from pipeline.tables import Contribution
+from pipeline.intake.jsonrows import SplitBody, split_body
+from pipeline.store.objectstore import ObjectStore
 
 
 class SpecErrorRoute(APIRoute):
@@ -90,7 +90,7 @@ def _contribution_body_schema() -> dict[str, Any]:
     status_code=202,
     response_model=ContributionAccepted,
     responses={400: {"model": ContributionRejected}, 401: {}, 404: {}, 413: {}},
-    # The body is read and parsed by the route itself (see pipeline/jsonrows.py); its shape
+    # The body is read and parsed by the route itself (see pipeline/intake/jsonrows.py); its shape
     # is still documented as ContributionBody.
     openapi_extra={
         "requestBody": {

@@ -15,9 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import admin_user, client_ip, get_db, get_key_verifier, platform_key
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.keys import (
+from pipeline.auth.keys import (
     MAX_PRESENTED_KEY_CHARS,
     KeyCreate,
     KeyNotPermitted,
@@ -31,7 +29,9 @@ from pipeline.keys import (
     rotate_key,
     verify_result,
 )
-from pipeline.sessions import Identity
+from pipeline.auth.sessions import Identity
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
 
 router = APIRouter(prefix="/api/v1", tags=["keys"])
 

@@ -13,10 +13,10 @@ from fastapi import APIRouter, Depends, Query
 
 from api.deps import current_user, get_db
 from api.routes.keys import KeyInfoBody, KeyResponseBody, MessageBody
-from pipeline.db import Database
-from pipeline.keys import KeyCreate, create_key, get_org_key, key_info, list_keys, revoke_key
-from pipeline.orgs import KeyAction, membership
-from pipeline.sessions import Identity
+from pipeline.auth.keys import KeyCreate, create_key, get_org_key, key_info, list_keys, revoke_key
+from pipeline.auth.orgs import KeyAction, membership
+from pipeline.auth.sessions import Identity
+from pipeline.core.db import Database
 
 router = APIRouter(prefix="/api/v1/organizations", tags=["organization keys"])
 

@@ -15,8 +15,10 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel
 
 from api.deps import current_user, get_db
-from pipeline.db import Database
-from pipeline.ledger import (
+from pipeline.auth.sessions import Identity
+from pipeline.core.db import Database
+from pipeline.models.registry import get_model
+from pipeline.rewards.ledger import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     get_profile,
@@ -24,8 +26,6 @@ from pipeline.ledger import (
     put_profile,
     wallet_rewards,
 )
-from pipeline.registry import get_model
-from pipeline.sessions import Identity
 
 router = APIRouter(prefix="/api", tags=["rewards"])
 

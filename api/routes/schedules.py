@@ -14,10 +14,10 @@ from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from api.deps import get_db, model_owner_key, platform_key
-from pipeline.db import Database
-from pipeline.errors import InvalidInput
-from pipeline.keys import KeyPrincipal
-from pipeline.schedules import (
+from pipeline.auth.keys import KeyPrincipal
+from pipeline.core.db import Database
+from pipeline.core.errors import InvalidInput
+from pipeline.triggers.schedules import (
     create_schedule,
     delete_schedule,
     get_schedule,

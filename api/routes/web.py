@@ -4,8 +4,8 @@ The pages are server-rendered shells; the form itself is built in the browser fr
 data-spec (fetched at run time from `/api/models/{id}/data-spec`) by `static/contribute.js`,
 which reads CSV files (Papa Parse) or typed rows, validates them with the same JSON Schema (Ajv;
 both vendored in `static/vendor/`), measures them against the pipeline's §8 thresholds, which
-this module renders into the page from `pipeline.quality.QualityThresholds`, and posts them to
-the contributions endpoint with the session cookie.
+this module renders into the page from `pipeline.checks.quality.QualityThresholds`, and posts them
+to the contributions endpoint with the session cookie.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from api.deps import get_db, get_settings
-from pipeline.config import Settings
-from pipeline.db import Database
-from pipeline.errors import NotFound, Unauthenticated
-from pipeline.quality import QualityThresholds
-from pipeline.registry import get_model, list_models
-from pipeline.rewards import FULL_VOLUME_ROWS, volume_factor
-from pipeline.sessions import decode_token
+from pipeline.auth.sessions import decode_token
+from pipeline.checks.quality import QualityThresholds
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.errors import NotFound, Unauthenticated
+from pipeline.models.registry import get_model, list_models
+from pipeline.rewards.formula import FULL_VOLUME_ROWS, volume_factor
 
 router = APIRouter(tags=["web"], include_in_schema=False)
 

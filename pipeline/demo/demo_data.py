@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.core.errors import InvalidInput
 from pipeline.demo.churn_data import churn_probability, churn_rows
-from pipeline.errors import InvalidInput
-from pipeline.rewards import parse_manifest, to_checksum_address
-from pipeline.validation import RowValidator
+from pipeline.models.dataspec import RowValidator
+from pipeline.rewards.formula import parse_manifest, to_checksum_address
 
 DEMO_MODEL_NAME = "customer-churn"
 BENCHMARK_ROWS = 2000

@@ -1,0 +1,4 @@
+"""Checks before evaluation (spec §8).
+
+Quality, PII, benchmark leakage and known rows, label consistency, data-spec compliance.
+"""

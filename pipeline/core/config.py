@@ -1,0 +1,154 @@
+"""The one settings object: every environment variable the service reads, with its default."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+MB = 1024 * 1024
+
+
+class ConfigError(RuntimeError):
+    """A setting has a bad value; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Names are the environment variable names (case-insensitive); spec §8 defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    # Spec §8: scheduler, arrivals and storage.
+    enable_evaluation_scheduler: bool = False
+    scheduler_poll_interval_seconds: int = Field(default=60, ge=1)
+    scheduler_max_concurrent: int = Field(default=5, ge=1)
+    evaluation_debounce_window_seconds: int = Field(default=300, ge=0)
+    # Not in the spec: how often the arrival sensor reads the queue (its Dagster interval).
+    arrival_poll_interval_seconds: int = Field(default=30, ge=1)
+    dataset_arrival_sqs_queue_url: str | None = None
+    service_dataset_bucket: str | None = None
+
+    # Dagster partitions of settled dataset versions (docs/scale.md).
+    partition_keep_hours: int = Field(default=24, ge=0)
+    partition_retire_per_tick: int = Field(default=500, ge=0)
+
+    # Spec §8: pipeline settings.
+    max_sample_size: int = Field(default=100_000, ge=1)
+    parallel_workers: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=1000, ge=1)
+    pipeline_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    enable_pii_detection: bool = True
+    data_validation_strict: bool = False
+    # How long a run's claim on a contribution job lasts unless renewed
+    # (pipeline.evaluation.batches).
+    claim_lease_seconds: int = Field(default=600, ge=1)
+
+    # Valuation and payouts (docs/rewards.md).
+    valuation_bootstrap_resamples: int = Field(default=1000, ge=20, le=100_000)
+    valuation_confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
+    valuation_exact_max_players: int = Field(default=6, ge=1, le=10)
+    valuation_shapley_budget: int = Field(default=128, ge=2, le=100_000)
+    reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
+    reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
+
+    # Integrity of contributions (docs/integrity.md).
+    integrity_copy_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
+    integrity_min_novel_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    label_disagreement_margin: float = Field(default=0.10, gt=0.0, le=1.0)
+
+    # Service wiring.
+    database_url: str | None = None
+    marketplace_data_dir: Path = Path(".marketplace")
+    admin_token: SecretStr | None = None
+    admin_user_id: str = "admin"
+    service_name: str = Field(default="marketplace", pattern=r"^[A-Za-z0-9_.-]+$")
+    jwt_secret: SecretStr | None = None
+    jwt_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    s3_endpoint_url: str | None = None
+    aws_region: str = "us-east-1"
+    redis_url: str | None = None
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    dagster_pg_url: str | None = None
+    shutdown_grace_seconds: int = Field(default=20, ge=1)
+
+    # Request limits.
+    contribution_max_body_bytes: int = Field(default=50 * MB, ge=1024)
+    upload_max_bytes: int = Field(default=500 * MB, ge=1024)
+
+    @field_validator("pipeline_log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: object) -> object:
+        # Operators write "10.0.0.1,10.0.0.2" in env files rather than JSON lists.
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def data_dir(self) -> Path:
+        return self.marketplace_data_dir.expanduser().resolve()
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'marketplace.db'}"
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.data_dir / "objects"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.data_dir / "dagster"
+
+    @property
+    def uses_s3(self) -> bool:
+        return bool(self.service_dataset_bucket)
+
+    def session_cookie_name(self) -> str:
+        return f"{self.service_name}_access_token"
+
+    def jwt_key(self) -> str:
+        """The signing secret: JWT_SECRET, else one generated once and kept in the data dir."""
+        if self.jwt_secret is not None:
+            return self.jwt_secret.get_secret_value()
+        path = self.data_dir / "jwt_secret"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(secrets.token_urlsafe(48))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+        return path.read_text().strip()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment; a bad value raises ConfigError naming the variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(part) for part in err["loc"]).upper()
+            problems.append(f"{name}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,70 @@
+"""Database engine and sessions for SQLite (embedded default) and PostgreSQL (production)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.core.config import Settings
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL lets the API, the CLI and the Dagster processes read while one writes.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            from pathlib import Path
+
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    # A server that stops answering must fail a request in seconds (503), not hang it: libpq
+    # waits forever by default. A connect_timeout in the URL wins.
+    connect_args = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": 5}
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args
+    )
+
+
+class Database:
+    """An engine plus its session factory; one per process and settings."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        return cls(settings.resolved_database_url)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on any error."""
+        session = self.sessionmaker()
+        try:
+            with session.begin():
+                yield session
+        finally:
+            session.close()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

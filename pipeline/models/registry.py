@@ -1,0 +1,233 @@
+"""Model registry: models defined by a JSON or YAML file, stored with their data-spec and owner.
+
+A model's owner (one user or one organization) is who may change its ground truth: upload a
+benchmark, create, change or delete its evaluation schedule. `require_model_owner` is the one
+check; docs/ownership.md states the rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.auth.orgs import Role
+from pipeline.core.db import Database
+from pipeline.core.errors import Forbidden, InvalidInput, NotFound
+from pipeline.core.tables import Model, OrgMember
+from pipeline.models.dataspec import RowValidator, check_schema
+
+DEMO_MODEL_FILE = "customer_churn.json"
+
+
+class ModelDefinition(BaseModel):
+    """What a model file holds."""
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    task_type: Literal["classification", "regression"]
+    target_column: str = Field(min_length=1)
+    estimator: str
+    data_spec: dict[str, Any]
+    example_row: dict[str, Any]
+
+
+def parse_definition(data: Any) -> ModelDefinition:
+    """Validate a model definition: schema, target column, estimator and example row agree."""
+    try:
+        definition = ModelDefinition.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidInput(f"model definition: {where}: {first['msg']}") from None
+    check_schema(definition.data_spec)
+    if definition.target_column not in definition.data_spec.get("properties", {}):
+        raise InvalidInput(
+            f"model definition: target_column {definition.target_column!r} "
+            "is not a property of the data_spec"
+        )
+    from pipeline.models.estimators import validate_estimator
+
+    validate_estimator(definition.estimator, definition.task_type)
+    errors = RowValidator(definition.data_spec).errors_for([definition.example_row])
+    if errors:
+        problems = "; ".join(f"{e.path}: {e.message}" for e in errors)
+        raise InvalidInput(f"model definition: example_row fails its data_spec: {problems}")
+    return definition
+
+
+def load_definition(path: Path) -> ModelDefinition:
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InvalidInput(f"{path}: not valid JSON/YAML: {exc}") from None
+    return parse_definition(data)
+
+
+def demo_definition() -> ModelDefinition:
+    text = resources.files("pipeline.demo").joinpath(DEMO_MODEL_FILE).read_text()
+    return parse_definition(json.loads(text))
+
+
+@dataclass(frozen=True)
+class ModelOwner:
+    """A model's owner: exactly one of a user id and an organization id."""
+
+    user_id: str | None = None
+    org_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.user_id is None) == (self.org_id is None):
+            raise InvalidInput("a model owner is one user or one organization")
+        if self.user_id is not None and not 1 <= len(self.user_id.strip()) <= 200:
+            raise InvalidInput("owner user id must be 1 to 200 characters")
+
+    def describe(self) -> str:
+        return f"user {self.user_id}" if self.user_id else f"organization {self.org_id}"
+
+
+# Organization roles whose members' keys act for an organization that owns a model.
+OWNER_ROLES = (Role.OWNER.value, Role.ADMIN.value)
+
+
+def model_owner(model: Model) -> ModelOwner | None:
+    if model.owner_user_id is None and model.owner_org_id is None:
+        return None
+    return ModelOwner(model.owner_user_id, model.owner_org_id)
+
+
+def set_model_owner(model: Model, owner: ModelOwner) -> None:
+    model.owner_user_id = owner.user_id.strip() if owner.user_id else None
+    model.owner_org_id = owner.org_id
+
+
+def register_model(
+    session: Session, definition: ModelDefinition, owner: ModelOwner | None = None
+) -> Model:
+    """Add a model, or update the one with the same name (bumping its spec version).
+
+    `owner`, when given, becomes the model's owner; otherwise an existing model keeps its own.
+    """
+    existing = session.scalar(select(Model).where(Model.name == definition.name))
+    if existing is not None:
+        if existing.data_spec != definition.data_spec:
+            existing.spec_version += 1
+        for field, value in definition.model_dump().items():
+            setattr(existing, field, value)
+        if owner is not None:
+            set_model_owner(existing, owner)
+        session.flush()
+        return existing
+    model = Model(**definition.model_dump(), spec_version=1, last_version=0)
+    if owner is not None:
+        set_model_owner(model, owner)
+    session.add(model)
+    session.flush()
+    return model
+
+
+def find_model(session: Session, ref: str) -> Model:
+    """A model by id or by name (operator commands)."""
+    model = session.scalar(select(Model).where(Model.name == ref))
+    if model is None and ref.strip().isdigit():
+        model = get_model(session, int(ref))
+    if model is None:
+        raise NotFound(f"no model {ref!r}")
+    return model
+
+
+def acts_for_owner(session: Session, model: Model, user_id: str, key_org_id: str | None) -> bool:
+    """Whether a key (its user, and the organization it was issued for) acts for the owner.
+
+    A user owner: the user's own keys, not organization keys (those act for their
+    organization). An organization owner: keys of a member whose role is Owner or Admin now,
+    issued for that organization or personal; never keys issued for another organization.
+    """
+    if model.owner_user_id is not None:
+        return key_org_id is None and user_id == model.owner_user_id
+    if model.owner_org_id is not None:
+        if key_org_id not in (None, model.owner_org_id):
+            return False
+        member = session.get(OrgMember, {"org_id": model.owner_org_id, "user_id": user_id})
+        return member is not None and member.role in OWNER_ROLES
+    return False
+
+
+def require_model_owner(db: Database, model_id: int, user_id: str, key_org_id: str | None) -> None:
+    """NotFound for an unknown model; Forbidden unless the key acts for the model's owner."""
+    with db.session() as session:
+        model = get_model(session, model_id)
+        if not acts_for_owner(session, model, user_id, key_org_id):
+            raise Forbidden(
+                f"only the owner of model {model_id} may change its benchmark or evaluation "
+                "schedule (for an organization: keys of its Owners and Admins)"
+            )
+
+
+MAX_ID = 2**31 - 1
+
+
+def get_model(session: Session, model_id: int) -> Model:
+    # Ids outside the integer column's range cannot exist; some drivers overflow on them.
+    model = session.get(Model, model_id) if 1 <= model_id <= MAX_ID else None
+    if model is None:
+        raise NotFound(f"model {model_id} not found")
+    return model
+
+
+def list_models(session: Session) -> list[Model]:
+    return list(session.scalars(select(Model).order_by(Model.id)))
+
+
+def seed_demo_model(db: Database, owner_user_id: str = "admin") -> Model | None:
+    """Register the demo model, owned by the admin user, in an empty store.
+
+    Returns it, or None when models exist; a demo model left without an owner (a store from
+    before owners existed) is given to the admin user.
+    """
+    definition = demo_definition()
+    with db.session() as session:
+        if session.scalar(select(func.count()).select_from(Model)):
+            demo = session.scalar(
+                select(Model).where(
+                    Model.name == definition.name,
+                    Model.owner_user_id.is_(None),
+                    Model.owner_org_id.is_(None),
+                )
+            )
+            if demo is not None:
+                set_model_owner(demo, ModelOwner(user_id=owner_user_id))
+            return None
+        return register_model(session, definition, ModelOwner(user_id=owner_user_id))
+
+
+def allocate_version(db: Database, model_id: int) -> tuple[int, str]:
+    """Hand out the model's next dataset version number in its own short transaction.
+
+    Versions are monotonic per model; a failed write leaves a gap rather than reusing a
+    number whose object may already have been announced to the arrival queue.
+    """
+    if not 1 <= model_id <= MAX_ID:
+        raise NotFound(f"model {model_id} not found")
+    with db.session() as session:
+        number = session.execute(
+            update(Model)
+            .where(Model.id == model_id)
+            .values(last_version=Model.last_version + 1)
+            .returning(Model.last_version)
+        ).scalar_one_or_none()
+    if number is None:
+        raise NotFound(f"model {model_id} not found")
+    return number, format_version(number)
+
+
+def format_version(number: int) -> str:
+    return f"v{number}"

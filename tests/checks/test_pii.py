@@ -1,0 +1,299 @@
+"""PII scanning (spec §4.3 allow_pii, §8 pipeline settings): what is found, where, how fast."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from pipeline.checks import pii
+from pipeline.core.config import Settings
+
+PII_COLUMNS: dict[str, tuple[str, list[str]]] = {
+    "email": ("EMAIL_ADDRESS", ["alice@example.com", "bob.smith@mail.co.uk", "c+n@example.org"]),
+    "phone": ("PHONE_NUMBER", ["+1 212-555-0199", "(415) 555-2671", "+44 20 7946 0958"]),
+    "card": ("CREDIT_CARD", ["4111 1111 1111 1111", "5500-0000-0000-0004", "378282246310005"]),
+    "iban": (
+        "IBAN_CODE",
+        ["DE89 3704 0044 0532 0130 00", "GB82WEST12345698765432", "FR1420041010050500013M02606"],
+    ),
+    "ssn": ("US_SSN", ["536-22-1234", "212-67-4321", "401-12-3456"]),
+    "ip": ("IP_ADDRESS", ["192.168.1.20", "10.0.0.1", "2001:db8::1"]),
+    "wallet": (
+        "ETHEREUM_ADDRESS",
+        [
+            "0x52908400098527886E0F7030069857D2E4169EE7",
+            "0xde0B295669a9FD93d5F28D9Ec85E40f4cb697BAe",
+            "0x0000000000000000000000000000000000000001",
+        ],
+    ),
+    "website": ("URL", ["https://www.example.org/x", "www.foo.com", "http://data.example.net/a"]),
+}
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(marketplace_data_dir=tmp_path_factory.mktemp("pii"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def analyzer_loaded() -> None:
+    pii.warm_up()
+
+
+def clean_frame(rows: int = 300) -> pd.DataFrame:
+    """Columns like a churn dataset's: categories, ids, amounts as text, dates, sentences."""
+    contracts = ["Month-to-month", "One year", "Two year"]
+    payments = ["Electronic check", "Mailed check", "Bank transfer (automatic)"]
+    return pd.DataFrame(
+        {
+            "customerID": [f"{7000 + i}-VHV{chr(65 + i % 26)}G" for i in range(rows)],
+            "order": [f"ORD-2024-{i * 3217 % 1000000:06d}" for i in range(rows)],
+            "Contract": [contracts[i % 3] for i in range(rows)],
+            "PaymentMethod": [payments[i % 3] for i in range(rows)],
+            "TotalCharges": [f"{20 + i * 7.31:.2f}" for i in range(rows)],
+            "signup": [f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(rows)],
+            "note": [f"Upgraded to fiber optic after {i % 9 + 1} months" for i in range(rows)],
+            "tenure": list(range(rows)),
+            "monthly": [20.5 + i for i in range(rows)],
+        }
+    )
+
+
+def test_each_entity_is_found_in_its_own_column(settings: Settings) -> None:
+    df = pd.DataFrame({name: values for name, (_, values) in PII_COLUMNS.items()})
+
+    report = pii.scan_frame(df, settings)
+
+    expected = {name: {entity: len(values)} for name, (entity, values) in PII_COLUMNS.items()}
+    assert report.findings == expected
+    assert report.found
+
+
+def test_pii_inside_free_text_is_found(settings: Settings) -> None:
+    df = pd.DataFrame(
+        {
+            "comment": [
+                "contact me at dave@example.com",
+                "my card is 4111111111111111",
+                "call +1 212 555 0199 after 5pm",
+                "all good, thanks",
+            ]
+        }
+    )
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.findings == {"comment": {"CREDIT_CARD": 1, "EMAIL_ADDRESS": 1, "PHONE_NUMBER": 1}}
+
+
+def test_email_domain_is_not_also_counted_as_url(settings: Settings) -> None:
+    assert pii.scan_values(["john.doe@example.com"], settings) == {"EMAIL_ADDRESS": 1}
+
+
+def test_ordinary_categories_ids_numbers_and_dates_find_nothing(settings: Settings) -> None:
+    report = pii.scan_frame(clean_frame(), settings)
+
+    assert report.findings == {}
+    assert not report.found
+    assert report.summary().startswith("no PII found")
+
+
+def test_decimal_amounts_are_not_phone_numbers(settings: Settings) -> None:
+    # python-phonenumbers accepts "1681.45" as a German number; the scanner must not.
+    amounts = [f"{1000 + i * 0.37:.2f}" for i in range(1000)] + ["1681.45", "3326.95"]
+
+    assert pii.scan_values(amounts, settings) == {}
+
+
+def test_only_text_columns_are_scanned(settings: Settings) -> None:
+    df = pd.DataFrame(
+        {"amount": [4111111111111111, 5500000000000004], "email": ["a@example.com", None]}
+    )
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.scanned_columns == ("email",)
+    assert report.scanned_values == 1
+
+
+def test_columns_argument_limits_the_scan(settings: Settings) -> None:
+    df = pd.DataFrame({"email": ["a@example.com"], "other": ["b@example.com"]})
+
+    report = pii.scan_frame(df, settings, columns=["other"])
+
+    assert report.findings == {"other": {"EMAIL_ADDRESS": 1}}
+    with pytest.raises(ValueError, match="missing"):
+        pii.scan_frame(df, settings, columns=["missing"])
+
+
+def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> None:
+    df = pd.DataFrame(
+        {
+            "category": pd.Categorical(["x@example.com", "plain"]),
+            "nested": [{"contact": "y@example.com"}, ["z"]],
+        }
+    )
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.findings == {
+        "category": {"EMAIL_ADDRESS": 1},
+        "nested": {"EMAIL_ADDRESS": 1},
+    }
+
+
+def test_summary_names_columns_and_types_but_never_values(settings: Settings) -> None:
+    df = pd.DataFrame({"contact": ["alice@example.com", "4111 1111 1111 1111"]})
+
+    report = pii.scan_frame(df, settings)
+
+    text = report.summary() + repr(report.to_dict())
+    assert "contact" in text
+    assert "EMAIL_ADDRESS" in text
+    assert "CREDIT_CARD" in text
+    assert "alice" not in text
+    assert "4111" not in text
+
+
+def test_disabled_detection_skips_without_loading_presidio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail() -> None:
+        raise AssertionError("Presidio must not be used when ENABLE_PII_DETECTION is false")
+
+    monkeypatch.setattr(pii, "_analyzer", fail)
+    settings = Settings(marketplace_data_dir=tmp_path, enable_pii_detection=False)
+    df = pd.DataFrame({"email": ["alice@example.com"]})
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.skipped
+    assert not report.found
+    assert report.scanned_values == 0
+    assert pii.scan_values(["alice@example.com"], settings) == {}
+
+
+def test_sample_is_bounded_and_shared_fairly_between_columns(tmp_path: Path) -> None:
+    settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=500, batch_size=64)
+    rows = 2000
+    df = pd.DataFrame(
+        {
+            "few": [f"level {i % 10}" for i in range(rows)],
+            "many_a": [f"a{i}" for i in range(rows)],
+            "many_b": [f"b{i}" for i in range(rows)],
+        }
+    )
+
+    report = pii.scan_frame(df, settings)
+
+    # 10 distinct values in "few"; the 490 left are split between the two big columns.
+    assert report.scanned_values == 500
+    assert report.scanned_columns == ("few", "many_a", "many_b")
+
+
+def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> None:
+    settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=100, batch_size=7)
+    emails = [f"user{i}@example.com" for i in range(1000)]
+    df = pd.DataFrame({"email": emails, "constant": ["same"] * 1000})
+
+    first = pii.scan_frame(df, settings)
+    second = pii.scan_frame(df, settings)
+
+    assert first.findings == second.findings == {"email": {"EMAIL_ADDRESS": 99}}
+    assert first.scanned_values == 100  # one distinct value in "constant", 99 e-mails
+    assert pii.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
+
+
+def test_duplicates_are_scanned_once(settings: Settings) -> None:
+    df = pd.DataFrame({"email": ["alice@example.com"] * 500 + [None] * 5 + [""] * 5})
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.scanned_values == 1
+    assert report.findings == {"email": {"EMAIL_ADDRESS": 1}}
+
+
+# Network: the scanner must work offline and never try to reach anything.
+
+
+def _is_loopback(host: Any) -> bool:
+    if isinstance(host, str) and host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture
+def network_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Fail every non-loopback DNS lookup or connect, and record it (callers may swallow it)."""
+    attempts: list[Any] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def check(address: Any) -> None:
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, bytes):
+            host = host.decode()
+        if isinstance(host, str) and not host.startswith("/") and not _is_loopback(host):
+            attempts.append(address)
+            raise OSError(f"test forbids network access to {address!r}")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        check(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        check(address)
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None:
+            check((host, None))
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+
+
+def test_network_guard_sees_tldextract_default_download(network_attempts: list[Any]) -> None:
+    """The guard is meaningful: tldextract's default set-up does try to fetch the suffix list."""
+    import tldextract
+
+    result = tldextract.TLDExtract(cache_dir=None)("mail.example.com")
+
+    assert result.domain == "example"  # it falls back to its snapshot after the failure
+    assert network_attempts
+
+
+def test_scanning_emails_and_urls_never_touches_the_network(
+    network_attempts: list[Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tldextract
+    import tldextract.tldextract as tld_module
+
+    # As in a fresh process: no analyzer yet, tldextract's online default extractor unused.
+    monkeypatch.setattr(pii, "_engine", None)
+    monkeypatch.setattr(tld_module, "TLD_EXTRACTOR", tldextract.TLDExtract(cache_dir=None))
+    settings = Settings(marketplace_data_dir=tmp_path)
+    df = pd.DataFrame(
+        {
+            "email": ["alice@example.com", "bob@mail.example.co.uk"],
+            "site": ["https://www.example.org/path", "shop.example.net"],
+        }
+    )
+
+    report = pii.scan_frame(df, settings)
+
+    assert report.findings == {"email": {"EMAIL_ADDRESS": 2}, "site": {"URL": 2}}
+    assert network_attempts == []

@@ -1,0 +1,205 @@
+"""`marketplace dev` (issue 2): API and Dagster UI start on a fresh data dir; Ctrl-C stops both."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes], seconds: float) -> httpx.Response:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"marketplace dev exited early with {proc.returncode}")
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            time.sleep(0.5)
+    pytest.fail(f"{url} did not answer within {seconds} s")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("dagster-processes")
+def test_dev_serves_api_and_dagster_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    api_port, dagster_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "MARKETPLACE_DATA_DIR": str(tmp_path / "data"),
+        "JWT_SECRET": "dev-test-secret-dev-test-secret-0123",
+    }
+    for name in ("DATABASE_URL", "DAGSTER_HOME", "SERVICE_DATASET_BUCKET", "DAGSTER_PG_URL"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "dev", "--port", str(api_port),
+         "--dagster-port", str(dagster_port)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        models = wait_for(f"http://127.0.0.1:{api_port}/api/models", proc, 60)
+        assert models.json()[0]["name"] == "customer-churn"  # seeded on a fresh store
+        ui = wait_for(f"http://127.0.0.1:{dagster_port}/server_info", proc, 90)
+        assert ui.status_code == 200
+        assert (tmp_path / "data" / "dagster" / "dagster.yaml").is_file()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            returncode = proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("marketplace dev did not stop within 40 s of Ctrl-C")
+    assert returncode == 0
+    for port in (api_port, dagster_port):
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
+
+
+# --- dev defaults, quiet logs and the banner (issue 11) ------------------------------------
+
+
+def test_dev_defaults_to_a_short_debounce_that_the_operator_can_override() -> None:
+    from cli.devmode import dev_settings_environment
+
+    assert dev_settings_environment({}, None) == {
+        "EVALUATION_DEBOUNCE_WINDOW_SECONDS": "10",
+        "ARRIVAL_POLL_INTERVAL_SECONDS": "5",
+    }
+    # An environment variable wins over the dev default, the flag over both.
+    given = {"EVALUATION_DEBOUNCE_WINDOW_SECONDS": "60", "ARRIVAL_POLL_INTERVAL_SECONDS": "15"}
+    assert dev_settings_environment(given, None) == {}
+    assert dev_settings_environment(given, 0) == {"EVALUATION_DEBOUNCE_WINDOW_SECONDS": "0"}
+
+
+def test_production_settings_keep_the_spec_debounce() -> None:
+    from pipeline.core.config import Settings
+
+    settings = Settings()
+    assert settings.evaluation_debounce_window_seconds == 300
+    assert settings.arrival_poll_interval_seconds == 30
+
+
+def test_dev_instance_prints_runs_at_info_and_keeps_an_explicit_level(tmp_path: Path) -> None:
+    import yaml
+
+    from cli.operate import render_dagster_yaml
+    from pipeline.core.config import Settings
+
+    settings = Settings(marketplace_data_dir=tmp_path)
+    rendered = yaml.safe_load(render_dagster_yaml((REPO / "dagster.yaml").read_text(), settings))
+    assert rendered["python_logs"]["python_log_level"] == "INFO"
+    assert rendered["python_logs"]["managed_python_loggers"] == ["pipeline"]
+    explicit = "python_logs:\n  python_log_level: DEBUG\n"
+    assert yaml.safe_load(render_dagster_yaml(explicit, settings))["python_logs"] == {
+        "python_log_level": "DEBUG"
+    }
+
+
+def test_dagster_processes_drop_only_the_superseded_command_warning() -> None:
+    from cli.devmode import DAGSTER_WARNING_FILTER, quiet_dagster_environment
+
+    env = {"PYTHONWARNINGS": "error::ResourceWarning"}
+    quiet_dagster_environment(env)
+    assert env["PYTHONWARNINGS"] == f"error::ResourceWarning,{DAGSTER_WARNING_FILTER}"
+    # The filter, as Python reads it from PYTHONWARNINGS, matches Dagster's message only.
+    code = (
+        "import warnings\n"
+        'warnings.warn("Function `dev_command` is superseded and its usage is discouraged. '
+        "Use 'dg dev' instead.\", FutureWarning)\n"
+        "warnings.warn('another warning', FutureWarning)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONWARNINGS": DAGSTER_WARNING_FILTER},
+        capture_output=True,
+        text=True,
+    )
+    assert "superseded" not in done.stderr and "another warning" in done.stderr
+
+
+def test_library_start_up_chatter_is_dropped_but_migrations_and_warnings_show(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from cli.devmode import quiet_library_loggers
+
+    quiet_library_loggers()
+    quiet_library_loggers()  # idempotent
+    migration = logging.getLogger("alembic.runtime.migration")
+    with caplog.at_level(logging.INFO):
+        migration.info("Context impl SQLiteImpl.")
+        migration.info("Running upgrade  -> 0001, initial schema")
+        migration.warning("something odd")
+        logging.getLogger("alembic.runtime.plugins").info("setup plugin x")
+        logging.getLogger("presidio-analyzer").info("Loaded recognizer: EmailRecognizer")
+        logging.getLogger("httpx").info("HTTP Request: GET …")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Running upgrade  -> 0001, initial schema",
+        "something odd",
+    ]
+
+
+def test_banner_names_the_urls_the_window_and_how_to_get_an_admin_token(tmp_path: Path) -> None:
+    from cli.devmode import dev_banner
+    from pipeline.core.config import Settings
+
+    settings = Settings(marketplace_data_dir=tmp_path, evaluation_debounce_window_seconds=10)
+    text = dev_banner(settings, host="127.0.0.1", port=8000, dagster_port=3000, environ={})
+    lines = text.splitlines()
+    assert len(lines) <= 24  # one screen
+    assert "   API          http://127.0.0.1:8000   (docs http://127.0.0.1:8000/docs)" in lines
+    assert "   Dagster UI   http://127.0.0.1:3000" in lines
+    assert "   Evaluation   debounce window 10 s, arrival sensor every 30 s" in lines
+    assert (
+        "   export MARKETPLACE_ADMIN_TOKEN=$(marketplace token --user admin --admin | tail -1)"
+        in lines
+    )
+    assert "MARKETPLACE_URL" not in text  # the CLI's default address
+
+    elsewhere = dev_banner(
+        Settings(marketplace_data_dir=tmp_path, admin_token="s3cret-admin-token-value"),
+        host="0.0.0.0",
+        port=9000,
+        dagster_port=9001,
+        environ={"MARKETPLACE_DATA_DIR": str(tmp_path / "my data")},
+    )
+    assert "   export MARKETPLACE_URL=http://127.0.0.1:9000" in elsewhere
+    assert "s3cret-admin-token-value" not in elsewhere  # a hint, never the secret
+    assert "the ADMIN_TOKEN this server runs with (user admin)" in elsewhere
+    assert f"$(MARKETPLACE_DATA_DIR='{tmp_path / 'my data'}' marketplace token --user alice" in (
+        elsewhere
+    )
+
+
+def test_banner_waits_until_every_service_answers() -> None:
+    from cli.devmode import announce_when_ready
+
+    calls: list[str] = []
+    printed: list[str] = []
+
+    def answers(url: str) -> bool:
+        calls.append(url)
+        return url == "api" or calls.count("ui") > 2
+
+    announce_when_ready(["api", "ui"], "BANNER", answers=answers, write=printed.append).join(10)
+    assert printed == ["BANNER"]
+    assert calls.count("api") == 1 and calls.count("ui") == 3
+
+    announce_when_ready(["ui"], "BANNER", timeout=0.2, answers=lambda _: False,
+                        write=printed.append).join(10)  # fmt: skip
+    assert printed[-1] == "marketplace dev: no answer from ui within 0.2 s"

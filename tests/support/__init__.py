@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fixtures' data, live servers, processes, browsers."""
