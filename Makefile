@@ -23,6 +23,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/mypy --strict pipeline
 
 clean:
 	rm -rf $(VENV) .marketplace

@@ -117,7 +117,7 @@ def _mix(values: np.ndarray) -> np.ndarray:
     x ^= x >> _U64(33)
     x *= _M2
     x ^= x >> _U64(33)
-    return x
+    return np.asarray(x)
 
 
 def _column_constant(*parts: object) -> np.uint64:

@@ -350,7 +350,7 @@ def _phone_recognizer(phone_class: type) -> Any:
     90 µs per region and text, most of a scan's time.
     """
 
-    class LongPhoneRecognizer(phone_class):  # type: ignore[misc, valid-type]
+    class LongPhoneRecognizer(phone_class):  # type: ignore[misc]
         def analyze(self, text: str, entities: list[str], nlp_artifacts: Any = None) -> list[Any]:
             if not _PHONE_CANDIDATE.search(text):
                 return []

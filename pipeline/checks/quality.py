@@ -270,7 +270,7 @@ def _above(part: int, whole: int, threshold: float) -> bool:
 def _distinct_rows(df: pd.DataFrame) -> int:
     rows, columns = df.shape
     if not rows or not columns:
-        return min(rows, 1)
+        return min(int(rows), 1)
     try:
         return int(rows - df.duplicated().sum())
     except TypeError:  # lists, dicts and arrays from JSON and Parquet are unhashable

@@ -96,7 +96,7 @@ def validate_direction(direction: str) -> Direction:
         raise InvalidInput(
             f"unknown metric_direction {direction!r}; expected one of {', '.join(DIRECTIONS)}"
         )
-    return direction  # type: ignore[return-value]
+    return direction
 
 
 def validate_metric(
@@ -335,10 +335,10 @@ def metric_samples(predictions: Predictions, weights: np.ndarray) -> np.ndarray:
         y = y_true.astype("float64")
         errors = y - outputs
         if name == "mae":
-            return (w @ np.abs(errors)) / total
+            return np.asarray((w @ np.abs(errors)) / total)
         squared = (w @ (errors * errors)) / total
         if name == "rmse":
-            return np.sqrt(squared)
+            return np.asarray(np.sqrt(squared))
         mean = (w @ y) / total
         spread = (w @ (y * y)) / total - mean * mean
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -346,7 +346,7 @@ def metric_samples(predictions: Predictions, weights: np.ndarray) -> np.ndarray:
         # scikit-learn's convention for a constant target: 1 when predicted exactly, else 0.
         return np.where(spread > 0, r2, np.where(squared == 0, 1.0, 0.0))
     if name == "accuracy":
-        return (w @ np.asarray(y_true == outputs, dtype="float64")) / total
+        return np.asarray((w @ np.asarray(y_true == outputs, dtype="float64")) / total)
     if name == "roc_auc":
         classes = predictions.classes
         if len(classes) == 2:
@@ -354,7 +354,7 @@ def metric_samples(predictions: Predictions, weights: np.ndarray) -> np.ndarray:
         per_class = [
             _weighted_auc(w, np.asarray(y_true == c), outputs[:, i]) for i, c in enumerate(classes)
         ]
-        return np.mean(np.column_stack(per_class), axis=1)
+        return np.asarray(np.mean(np.column_stack(per_class), axis=1))
     return _weighted_f1(w, y_true, outputs, predictions.classes)
 
 
@@ -379,7 +379,8 @@ def _weighted_f1(
     if len(classes) == 2:
         return scores[0]
     counted = np.column_stack(present)
-    return np.sum(np.column_stack(scores) * counted, axis=1) / np.maximum(counted.sum(axis=1), 1)
+    total = np.sum(np.column_stack(scores) * counted, axis=1)
+    return np.asarray(total / np.maximum(counted.sum(axis=1), 1))
 
 
 def _weighted_auc(w: np.ndarray, positive: np.ndarray, score: np.ndarray) -> np.ndarray:

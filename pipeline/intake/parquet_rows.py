@@ -165,7 +165,8 @@ def rows_to_table(rows: Sequence[Any], data_spec: dict[str, Any]) -> pa.Table:
 def table_to_parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def rows_to_parquet_bytes(rows: Sequence[Any], data_spec: dict[str, Any]) -> bytes:

@@ -47,7 +47,7 @@ def validate_task_type(task_type: str) -> TaskType:
         raise InvalidInput(
             f"unknown task_type {task_type!r}; expected one of {', '.join(TASK_TYPES)}"
         )
-    return task_type  # type: ignore[return-value]
+    return task_type
 
 
 def validate_estimator(name: str, task_type: str) -> None:
