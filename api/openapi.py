@@ -56,6 +56,47 @@ DEFAULT_DESCRIPTIONS = {
 }
 
 
+# OpenAPI links: which answer gives the parameters of which later call. Clients and stateful
+# fuzzers (schemathesis) follow them from a created resource to its reads and changes.
+KEY_ID = "$response.body#/key_info/key_id"
+LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
+    ("/api/v1/keys", "post", "201"): {
+        "GetKey": ("/api/v1/keys/{key_id}", "get", {"key_id": KEY_ID}),
+        "RotateKey": ("/api/v1/keys/{key_id}/rotate", "post", {"key_id": KEY_ID}),
+        "RevokeKey": ("/api/v1/keys/{key_id}", "delete", {"key_id": KEY_ID}),
+    },
+    ("/api/v1/keys/{key_id}/rotate", "post", "200"): {
+        "GetRotatedKey": ("/api/v1/keys/{key_id}", "get", {"key_id": KEY_ID}),
+        "RevokeRotatedKey": ("/api/v1/keys/{key_id}", "delete", {"key_id": KEY_ID}),
+    },
+    ("/api/v1/organizations/{org_id}/api-keys", "post", "201"): {
+        "RevokeOrgKey": (
+            "/api/v1/organizations/{org_id}/api-keys/{key_id}",
+            "delete",
+            {"org_id": "$request.path.org_id", "key_id": KEY_ID},
+        ),
+    },
+    ("/api/models/{modelId}/contributions", "post", "202"): {
+        "GetContribution": (
+            "/api/models/{modelId}/contributions/{jobId}",
+            "get",
+            {"modelId": "$request.path.modelId", "jobId": "$response.body#/jobId"},
+        ),
+    },
+    **{
+        ("/api/v1/models/{model_id}/evaluation-schedule", method, status): {
+            f"{verb}Schedule": (
+                "/api/v1/models/{model_id}/evaluation-schedule",
+                target,
+                {"model_id": "$request.path.model_id"},
+            )
+            for verb, target in (("Read", "get"), ("Update", "put"), ("Delete", "delete"))
+        }
+        for method, status in (("post", "201"), ("put", "200"))
+    },
+}
+
+
 def install_openapi(app: FastAPI, settings: Settings) -> None:
     """Serve the completed document at /openapi.json (built once, on first request)."""
 
@@ -91,10 +132,20 @@ def complete(document: dict[str, Any], settings: Settings) -> None:
         "name": settings.session_cookie_name(),
         "description": "the session JWT as a cookie (spec §5)",
     }
-    for path, item in document.get("paths", {}).items():
+    paths = document.get("paths", {})
+    for path, item in paths.items():
         for method, operation in item.items():
             if method in METHODS:
                 _complete_operation(path, operation)
+    for (path, method, status), links in LINKS.items():
+        response = paths[path][method]["responses"][status]
+        response["links"] = {
+            name: {
+                "operationId": paths[target][target_method]["operationId"],
+                "parameters": parameters,
+            }
+            for name, (target, target_method, parameters) in links.items()
+        }
 
 
 def _complete_operation(path: str, operation: dict[str, Any]) -> None:
