@@ -128,18 +128,24 @@ class ContributionBodyInvalid(Exception):
         self.errors = errors
 
 
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE")
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route serves at this path.
 
     Starlette answers 405 from the first route whose path matches and names only that route's
-    methods, while a path such as /api/v1/keys is served by one route per method.
+    methods, while a path such as /api/v1/keys is served by one route per method. Each method
+    is asked of the whole route table, through the routes' own `matches`.
     """
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})
-        if match is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
 
 
 def install_error_handlers(app: FastAPI) -> None:
