@@ -174,8 +174,8 @@ def _complete_operation(path: str, operation: dict[str, Any]) -> None:
         statuses.add(404)
     if path not in NO_DATABASE:
         statuses.add(503)
-    for status in statuses:
-        responses.setdefault(str(status), {})
+    for added in statuses:
+        responses.setdefault(str(added), {})
     for status, response in responses.items():
         code = int(status)
         if code < 400:

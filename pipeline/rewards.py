@@ -188,6 +188,13 @@ class ContributorShare(BaseModel):
         return _checked_wallet(value)
 
 
+def _at_least_one(schema: dict[str, Any]) -> None:
+    """The array branch of `contributors` (`list | None`) needs one entry when present."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") == "array":
+            branch["minItems"] = 1
+
+
 class ContributorManifest(BaseModel):
     """The contributor manifest of spec §2.5."""
 
@@ -203,7 +210,7 @@ class ContributorManifest(BaseModel):
     contributors: list[ContributorShare] | None = Field(
         default=None,
         description="several contributors: distinct ids, weights summing to 1",
-        json_schema_extra=lambda schema: schema["anyOf"][0].update(minItems=1),
+        json_schema_extra=_at_least_one,
     )
 
     @field_validator("wallet_address")
