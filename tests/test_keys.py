@@ -740,7 +740,7 @@ def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
 
 
 def test_concurrent_rotations_give_a_key_only_one_successor(db) -> None:
-    from pipeline.errors import InvalidInput
+    from pipeline.errors import Conflict
     from pipeline.keys import KeyCreate, create_key, rotate_key
 
     with db.session() as session:
@@ -752,7 +752,7 @@ def test_concurrent_rotations_give_a_key_only_one_successor(db) -> None:
         assert stale_a is not None and stale_b is not None
         rotate_key(first, stale_a)
         first.commit()
-        with pytest.raises(InvalidInput):
+        with pytest.raises(Conflict):
             rotate_key(second, stale_b)
         second.rollback()
     finally:
