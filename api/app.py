@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
+from api.openapi import install_openapi
 from api.routes import (
     arrivals,
     benchmarks,
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = object_store_from_settings(settings)
     app.state.key_verifier = KeyVerifier(app.state.db, KeyRateLimiter.from_settings(settings))
     install_error_handlers(app)
+    install_openapi(app, settings)
     for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):
         app.include_router(module.router)
     app.include_router(rewards.router)

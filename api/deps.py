@@ -3,18 +3,66 @@ the model-owner check on routes that change a model's ground truth."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Awaitable, Callable
+from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 
-from pipeline.auth.keys import KeyPrincipal, KeyVerifier
+from pipeline.auth.keys import INT32_MAX, KeyPrincipal, KeyVerifier
 from pipeline.auth.sessions import Identity, admin_identity, decode_token
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unauthenticated
 from pipeline.models.registry import require_model_owner
 from pipeline.store.objectstore import ObjectStore
+
+# Model ids are 32-bit integers in the database: a larger id is a bad request (400), not a
+# lookup that overflows.
+ModelId = Annotated[int, Path(description="model id", ge=1, le=INT32_MAX)]
+
+
+class UuidConvertor(Convertor[str]):
+    """`{name:any_uuid}`: a UUID in either case; any other text matches no route (404).
+
+    Starlette's own `uuid` convertor matches lower case only, and key ids are accepted in
+    upper case too.
+    """
+
+    regex = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+    def convert(self, value: str) -> str:
+        return str(uuid.UUID(value))
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("any_uuid", UuidConvertor())
+
+# The credentials of spec §5, declared so the OpenAPI document says which one each operation
+# takes. They only document: the dependencies below read and check the header themselves, and
+# auto_error=False keeps FastAPI from answering 403 on its own.
+ADMIN_TOKEN = HTTPBearer(
+    scheme_name="AdminToken",
+    description="`Authorization: Bearer <ADMIN_TOKEN>` (key management, spec §4.6)",
+    auto_error=False,
+)
+SESSION_TOKEN = HTTPBearer(
+    scheme_name="SessionToken",
+    description="`Authorization: Bearer <session JWT>`; the session cookie works too",
+    auto_error=False,
+)
+PLATFORM_KEY = HTTPBearer(
+    scheme_name="PlatformApiKey",
+    description="`Authorization: Bearer <API key>` of a `platform` key (spec §5)",
+    auto_error=False,
+)
+Credentials = HTTPAuthorizationCredentials | None
 
 
 def get_settings(request: Request) -> Settings:
@@ -42,7 +90,11 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
-def current_user(request: Request, settings: Settings = Depends(get_settings)) -> Identity:
+def current_user(
+    request: Request,
+    settings: Settings = Depends(get_settings),
+    _: Credentials = Security(SESSION_TOKEN),
+) -> Identity:
     """Session auth (spec §5): cookie `<service>_access_token` or `Authorization: Bearer`."""
     token = request.cookies.get(settings.session_cookie_name()) or bearer_token(request)
     if not token:
@@ -50,7 +102,11 @@ def current_user(request: Request, settings: Settings = Depends(get_settings)) -
     return decode_token(settings, token)
 
 
-def admin_user(request: Request, settings: Settings = Depends(get_settings)) -> Identity:
+def admin_user(
+    request: Request,
+    settings: Settings = Depends(get_settings),
+    _: Credentials = Security(ADMIN_TOKEN),
+) -> Identity:
     """Key management auth (spec §5): `Authorization: Bearer <ADMIN_TOKEN>`."""
     token = bearer_token(request)
     if not token:
@@ -89,7 +145,7 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
     blocking check in one worker-thread hop: this runs on every platform request.
     """
 
-    async def dependency(request: Request) -> KeyPrincipal:
+    async def dependency(request: Request, _: Credentials = Security(PLATFORM_KEY)) -> KeyPrincipal:
         token = bearer_token(request)
         if not token:
             raise Unauthenticated("missing API key")
@@ -105,6 +161,9 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
     return dependency
 
 
+_MODEL_ID = re.compile(r"[0-9]{1,10}")
+
+
 def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
     """Dependency factory: a platform key with `scope` acting for the owner of `{model_id}`.
 
@@ -112,17 +171,18 @@ def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
     key acts for the model's owner (`pipeline.models.registry.acts_for_owner`). It runs before the
     route reads the request body, so a refused upload stores nothing. The id is read from the
     path here rather than declared, so the route's own declaration (and its OpenAPI schema)
-    stays the only one; a non-integer id is left to the route's validation (400).
+    stays the only one; an id that is not an integer in range is left to the route's
+    validation (400).
     """
     key_dependency = platform_key(scope)
 
     async def dependency(
         request: Request, principal: KeyPrincipal = Depends(key_dependency)
     ) -> KeyPrincipal:
-        try:
-            model_id = int(request.path_params["model_id"])
-        except ValueError:
+        raw = str(request.path_params["model_id"])
+        if not _MODEL_ID.fullmatch(raw) or not 1 <= int(raw) <= INT32_MAX:
             return principal
+        model_id = int(raw)
         await run_in_threadpool(
             require_model_owner, get_db(request), model_id, principal.user_id, principal.org_id
         )

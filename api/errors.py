@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from pipeline.core.errors import (
     Conflict,
@@ -127,6 +128,26 @@ class ContributionBodyInvalid(Exception):
         self.errors = errors
 
 
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path.
+
+    Starlette answers 405 from the first route whose path matches and names only that route's
+    methods, while a path such as /api/v1/keys is served by one route per method. Each method
+    is asked of the whole route table, through the routes' own `matches`.
+    """
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     database_warning = _Throttled(DATABASE_WARNING_INTERVAL_SECONDS)
 
@@ -171,9 +192,12 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

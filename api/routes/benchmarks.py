@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import get_db, get_settings, get_store, model_owner_key
+from api.deps import ModelId, get_db, get_settings, get_store, model_owner_key
 from api.streaming_form import read_streaming_form
 from pipeline.auth.keys import KeyPrincipal
 from pipeline.core.config import Settings
@@ -116,7 +116,7 @@ def _error(description: str) -> dict[str, Any]:
     },
 )
 async def upload_benchmark(
-    model_id: int,
+    model_id: ModelId,
     request: Request,
     principal: KeyPrincipal = Depends(model_owner_key(UPLOAD_SCOPE)),
     db: Database = Depends(get_db),

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from api.deps import get_db
+from api.deps import ModelId, get_db
 from pipeline.core.db import Database
 from pipeline.models.registry import get_model, list_models
 
@@ -55,7 +55,7 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
     responses={200: {"content": {SCHEMA_MEDIA_TYPE: {}}}, 404: {"description": "unknown model"}},
 )
 def data_spec(
-    modelId: int,  # noqa: N803 - the spec's path parameter name
+    modelId: ModelId,  # noqa: N803 - the spec's path parameter name
     download: bool = Query(False, description="true downloads the file"),
     db: Database = Depends(get_db),
 ) -> Response:
@@ -70,10 +70,13 @@ def data_spec(
     "/{modelId}/data-spec/example",
     summary="One worked example row, as JSON or CSV",
     response_class=Response,
-    responses={200: {"content": {"application/json": {}, "text/csv": {}}}},
+    responses={
+        200: {"content": {"application/json": {}, "text/csv": {}}},
+        404: {"description": "unknown model"},
+    },
 )
 def data_spec_example(
-    modelId: int,  # noqa: N803
+    modelId: ModelId,  # noqa: N803
     format: Literal["json", "csv"] = Query("json", description="csv for CSV; default JSON"),
     download: bool = Query(False),
     db: Database = Depends(get_db),

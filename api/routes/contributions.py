@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -11,13 +12,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from api.deps import current_user, get_db, get_settings, get_store
+from api.deps import ModelId, current_user, get_db, get_settings, get_store
 from api.errors import ContributionBodyInvalid
+from pipeline.auth.keys import INT32_MAX
 from pipeline.auth.sessions import Identity
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
 from pipeline.core.tables import Contribution
+from pipeline.core.text import END
 from pipeline.intake.contributions import (
     ContributionRequest,
     contribution_view,
@@ -54,7 +57,11 @@ class ContributionBody(BaseModel):
 
     modelId: Annotated[int, Strict()]  # noqa: N815 - spec field names
     benchmarkSpecId: str | None  # noqa: N815
-    rows: list[dict[str, Any]] = Field(min_length=1)
+    rows: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="rows, each conforming to the model's data-spec "
+        "(GET /api/models/{modelId}/data-spec)",
+    )
     schemaVersion: str | None = None  # noqa: N815
     templateId: str | None = None  # noqa: N815
     manifest: dict[str, Any] | None = Field(
@@ -82,14 +89,29 @@ class ContributionRejected(BaseModel):
 
 
 def _contribution_body_schema() -> dict[str, Any]:
-    return ContributionBody.model_json_schema()
+    schema = ContributionBody.model_json_schema()
+    properties = schema["properties"]
+    properties["modelId"].update(minimum=1, maximum=INT32_MAX, description="the path's model id")
+    # The manifest is read as a plain object and checked by pipeline.rewards.parse_manifest.
+    properties["manifest"]["anyOf"] = [
+        {"$ref": "#/components/schemas/ContributorManifest"},
+        {"type": "null"},
+    ]
+    return schema
+
+
+# Printable ASCII, no space at either end: what survives HTTP header handling unchanged.
+IDEMPOTENCY_KEY_PATTERN = rf"^[!-~](?:[ -~]*[!-~])?{END}"
 
 
 @router.post(
     "/{modelId}/contributions",
     status_code=202,
     response_model=ContributionAccepted,
-    responses={400: {"model": ContributionRejected}, 401: {}, 404: {}, 413: {}},
+    responses={
+        400: {"model": ContributionRejected, "description": "invalid request or rows"},
+        409: {"description": "the Idempotency-Key was used for another request"},
+    },
     # The body is read and parsed by the route itself (see pipeline/intake/jsonrows.py); its shape
     # is still documented as ContributionBody.
     openapi_extra={
@@ -101,13 +123,20 @@ def _contribution_body_schema() -> dict[str, Any]:
     summary="Submit contribution rows",
 )
 async def post_contribution(
-    modelId: int,  # noqa: N803
+    modelId: ModelId,  # noqa: N803
     request: Request,
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
     settings: Settings = Depends(get_settings),
-    idempotency_key: str | None = Header(default=None, max_length=200),
+    idempotency_key: str | None = Header(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=IDEMPOTENCY_KEY_PATTERN.removesuffix(END) + "$",
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
+        description="a retry with the same key and the same request returns the first job",
+    ),
 ) -> ContributionAccepted:
     # One growing buffer rather than a list of chunks joined at the end: a 50 MB body is
     # held once. The size limit is enforced while it streams in (api/limits.py).
@@ -167,13 +196,17 @@ def _accept(
     )
 
 
-@router.get("/{modelId}/contributions/{jobId}", summary="A contribution job, for its submitter")
+@router.get(
+    "/{modelId}/contributions/{jobId:any_uuid}",
+    summary="A contribution job, for its submitter",
+    responses={400: {"model": ContributionRejected, "description": "invalid model id"}},
+)
 def get_contribution_job(
-    modelId: int,  # noqa: N803
-    jobId: str,  # noqa: N803
+    modelId: ModelId,  # noqa: N803
+    jobId: UUID,  # noqa: N803
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
     settings: Settings = Depends(get_settings),
 ) -> dict[str, Any]:
-    job = get_contribution(db, modelId, jobId, user.user_id)
+    job = get_contribution(db, modelId, str(jobId), user.user_id)
     return contribution_view(job, queue_wait(db, settings, job))

@@ -9,6 +9,7 @@ route behind a `platform` API key.
 from __future__ import annotations
 
 from typing import Any, Literal
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
@@ -159,43 +160,47 @@ async def verify(body: VerifyRequest, request: Request) -> dict[str, Any]:
 
 
 @router.get(
-    "/keys/{key_id}",
+    "/keys/{key_id:any_uuid}",
     response_model=KeyInfoBody,
     summary="Get one of the caller's keys",
     responses={**ERRORS, **NOT_FOUND},
 )
 def show(
-    key_id: str, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
+    key_id: UUID, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
 ) -> dict[str, Any]:
     with db.session() as session:
-        return key_info(get_owned_key(session, key_id, caller.user_id))
+        return key_info(get_owned_key(session, str(key_id), caller.user_id))
 
 
 @router.post(
-    "/keys/{key_id}/rotate",
+    "/keys/{key_id:any_uuid}/rotate",
     response_model=KeyResponseBody,
     summary="Rotate: a new key_id and value, same configuration; the old key stops at once",
-    responses={**ERRORS, **NOT_FOUND},
+    responses={
+        **ERRORS,
+        **NOT_FOUND,
+        409: {"description": "the key is revoked, rotated out or expired"},
+    },
 )
 def rotate(
-    key_id: str, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
+    key_id: UUID, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
 ) -> dict[str, Any]:
     with db.session() as session:
-        key = get_owned_key(session, key_id, caller.user_id)
+        key = get_owned_key(session, str(key_id), caller.user_id)
         return rotate_key(session, key).response()
 
 
 @router.delete(
-    "/keys/{key_id}",
+    "/keys/{key_id:any_uuid}",
     response_model=MessageBody,
     summary="Revoke a key (permanent)",
     responses={**ERRORS, **NOT_FOUND},
 )
 def revoke(
-    key_id: str, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
+    key_id: UUID, caller: Identity = Depends(admin_user), db: Database = Depends(get_db)
 ) -> dict[str, str]:
     with db.session() as session:
-        key = get_owned_key(session, key_id, caller.user_id)
+        key = get_owned_key(session, str(key_id), caller.user_id)
         revoke_key(session, key)
         return {"message": f"API key {key.id} revoked"}
 

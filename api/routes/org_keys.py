@@ -8,6 +8,7 @@ member who created them, which is what the Developer rule ("own keys only") comp
 from __future__ import annotations
 
 from typing import Any, Literal
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 
@@ -70,21 +71,21 @@ def index(
 
 
 @router.delete(
-    "/{org_id}/api-keys/{key_id}",
+    "/{org_id}/api-keys/{key_id:any_uuid}",
     response_model=MessageBody,
     summary="Revoke an organization key (Admin and Owner any; Developer its own)",
     responses={**ERRORS, 404: {"description": "no such key in this organization"}},
 )
 def revoke(
     org_id: str,
-    key_id: str,
+    key_id: UUID,
     caller: Identity = Depends(current_user),
     db: Database = Depends(get_db),
 ) -> dict[str, str]:
     with db.session() as session:
         member = membership(session, org_id, caller.user_id)
         member.require_revoke_right()
-        key = get_org_key(session, key_id, member.org_id)
+        key = get_org_key(session, str(key_id), member.org_id)
         member.require_revoke(key)
         revoke_key(session, key)
         return {"message": f"API key {key.id} revoked"}

@@ -14,10 +14,11 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel
 
-from api.deps import current_user, get_db
+from api.deps import ModelId, current_user, get_db
 from pipeline.auth.sessions import Identity
 from pipeline.core.db import Database
 from pipeline.models.registry import get_model
+from pipeline.rewards.formula import WALLET_SCHEMA
 from pipeline.rewards.ledger import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -105,7 +106,9 @@ class ContributorProfileOut(BaseModel):
     responses={400: {"description": "wallet is not 0x + 40 hex (EIP-55 when mixed case)"}},
 )
 def get_rewards(
-    wallet: str = Query(..., max_length=100, description="Ethereum address, 0x + 40 hex"),
+    wallet: str = Query(
+        ..., max_length=100, json_schema_extra=lambda schema: schema.update(WALLET_SCHEMA)
+    ),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     db: Database = Depends(get_db),
 ) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def get_rewards(
     responses={404: {"description": "unknown model"}},
 )
 def get_evaluations(
-    modelId: int,  # noqa: N803 - the spec's path parameter name
+    modelId: ModelId,  # noqa: N803 - the spec's path parameter name
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     db: Database = Depends(get_db),
 ) -> dict[str, Any]:
@@ -148,6 +151,16 @@ def get_my_manifest(
         201: {"description": "stored for the first time", "model": ContributorProfileOut},
         400: {"description": "invalid manifest; detail names the field"},
         401: {"description": "no session"},
+    },
+    # The body is read as a plain object and checked by pipeline.rewards.parse_manifest, whose
+    # detail names every problem; the document states the same rules.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ContributorManifest"}}
+            },
+        }
     },
 )
 def put_my_manifest(

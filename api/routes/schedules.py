@@ -8,16 +8,18 @@ docs/ownership.md); GET needs `schedules:read` only.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
-from api.deps import get_db, model_owner_key, platform_key
+from api.deps import ModelId, get_db, model_owner_key, platform_key
 from pipeline.auth.keys import KeyPrincipal
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.triggers.schedules import (
+    CRON_MAX_LENGTH,
+    CRON_PATTERN,
     create_schedule,
     delete_schedule,
     get_schedule,
@@ -27,7 +29,6 @@ from pipeline.triggers.schedules import (
 
 router = APIRouter(prefix="/api/v1/models", tags=["evaluation schedules"])
 
-ModelId = Annotated[int, Path(description="model id", ge=1, le=2**31 - 1)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed body or parameters"},
     401: {"description": "missing or invalid API key"},
@@ -38,22 +39,54 @@ OWNER_ONLY: dict[int | str, dict[str, Any]] = {
 }
 
 
+CRON_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "maxLength": CRON_MAX_LENGTH,
+    "pattern": CRON_PATTERN,
+    "description": "standard 5-field cron (UTC) or an alias such as @daily; croniter's "
+    "extensions (L, W, #, ?, H, seconds) are refused. An expression that never fires "
+    "(0 0 31 2 *) is 422 too.",
+}
+
+
 class ScheduleCreate(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     cron_expression: StrictStr = Field(
-        description="standard 5-field cron (UTC) or an alias such as @daily", max_length=1000
+        max_length=CRON_MAX_LENGTH, json_schema_extra=lambda schema: schema.update(CRON_SCHEMA)
     )
     enabled: StrictBool = True
 
 
 class ScheduleUpdate(BaseModel):
-    """Both fields as in §4.4; a field left out keeps its current value."""
+    """Both fields as in §4.4; a field left out keeps its current value; at least one is given."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"anyOf": [{"required": ["cron_expression"]}, {"required": ["enabled"]}]},
+    )
 
-    cron_expression: StrictStr | None = Field(default=None, max_length=1000)
-    enabled: StrictBool | None = None
+    cron_expression: StrictStr | None = Field(
+        default=None,
+        max_length=CRON_MAX_LENGTH,
+        json_schema_extra=lambda schema: _replace(schema, CRON_SCHEMA),
+    )
+    enabled: StrictBool | None = Field(
+        default=None, json_schema_extra=lambda schema: _replace(schema, {"type": "boolean"})
+    )
+
+    @field_validator("cron_expression", "enabled", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # Leaving a field out keeps it; null is not a value either field can take.
+        if value is None:
+            raise ValueError("must not be null; leave the field out to keep it")
+        return value
+
+
+def _replace(schema: dict[str, Any], by: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(by)
 
 
 class EvaluationScheduleOut(BaseModel):

@@ -15,7 +15,6 @@ import math
 import secrets
 import threading
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -29,8 +28,15 @@ from sqlalchemy.orm import Session
 from pipeline.auth.orgs import key_holder_role
 from pipeline.auth.ratelimit import KeyRateLimiter
 from pipeline.core.db import Database
-from pipeline.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
+from pipeline.core.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+)
 from pipeline.core.tables import ApiKey, KeyUsage, OrgMember, canonical_uuid, isoformat_utc, utcnow
+from pipeline.core.text import END, NO_CONTROL_CHARACTERS, has_control_characters
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +55,23 @@ INT32_MAX = 2_147_483_647  # the columns are 32-bit integers on PostgreSQL
 MAX_PRESENTED_KEY_CHARS = 256
 
 
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+# What `allowed_ips` entries the validator accepts, for the OpenAPI document: IPv4 and IPv6
+# addresses, and IPv4 CIDR ranges. IPv6 ranges are accepted too but have no exact pattern here.
+IP_ENTRY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "anyOf": [
+        {"format": "ipv4"},
+        {"format": "ipv6"},
+        {"pattern": rf"^{_IPV4}/(?:3[0-2]|[12]?[0-9]){END}"},
+    ],
+}
+
+
 def _printable(value: str, what: str) -> str:
     """Refuse control characters (NUL breaks PostgreSQL text; the rest break logs and UIs)."""
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
+    if has_control_characters(value):
         raise ValueError(f"{what} must not contain control characters")
     return value
 
@@ -61,16 +81,43 @@ class KeyCreate(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    name: str = Field(min_length=1, max_length=100)
+    # The patterns only document the validators below, which give the clearer messages.
+    name: str = Field(
+        min_length=1, max_length=100, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
     service_id: ServiceId
-    scopes: list[str] = Field(default_factory=list, max_length=MAX_SCOPES)
+    scopes: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_SCOPES,
+        json_schema_extra={
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_SCOPE_CHARS,
+                "pattern": NO_CONTROL_CHARACTERS,
+            }
+        },
+    )
     environment: Environment = "production"
     expires_in_days: int | None = Field(default=None, ge=1, le=365)
     rate_limit_per_hour: int = Field(default=1000, ge=10, le=100_000)
     monthly_prediction_limit: int | None = Field(default=None, ge=0, le=INT32_MAX)
-    allowed_ips: list[str] | None = Field(default=None, max_length=MAX_ALLOWED_IPS)
+    allowed_ips: list[str] | None = Field(
+        default=None,
+        max_length=MAX_ALLOWED_IPS,
+        json_schema_extra={
+            "anyOf": [
+                {"type": "array", "items": IP_ENTRY_SCHEMA, "maxItems": MAX_ALLOWED_IPS},
+                {"type": "null"},
+            ]
+        },
+    )
     billing_plan: str = Field(
-        default="free", min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+        default="free",
+        min_length=1,
+        max_length=50,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        json_schema_extra={"pattern": rf"^[A-Za-z0-9][A-Za-z0-9_.-]*{END}"},
     )
 
     @field_validator(
@@ -230,10 +277,11 @@ def list_keys(
 
 def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
     """New value and key_id with the same configuration; the old key stops at once."""
+    # The key exists but is in a state that rules the request out: a conflict, not bad input.
     if not key.is_active:
-        raise InvalidInput("only an active key can be rotated")
+        raise Conflict("only an active key can be rotated")
     if key.expires_at is not None and key.expires_at <= utcnow():
-        raise InvalidInput("an expired key cannot be rotated")
+        raise Conflict("an expired key cannot be rotated")
     body = KeyCreate(
         name=key.name,
         service_id=key.service_id,  # type: ignore[arg-type]
@@ -256,7 +304,7 @@ def rotate_key(session: Session, key: ApiKey) -> IssuedKey:
         ),
     ).rowcount
     if claimed != 1:
-        raise InvalidInput("only an active key can be rotated")
+        raise Conflict("only an active key can be rotated")
     value, row = _new_key_row(body, key.user_id, key.org_id)
     row.expires_at = key.expires_at
     session.add(row)

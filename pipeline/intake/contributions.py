@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.errors import InvalidInput, NotFound, RowValidationFailed
+from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
@@ -146,18 +146,20 @@ def submit_contribution(
     The Parquet object is complete before the database commit; if the commit fails, the
     object is deleted, so a failure leaves neither. With `local_queue`, the arrival event is
     written in the same transaction (on S3 the bucket notification announces the object).
-    A repeated `idempotency_key` from the same submitter returns the first job unchanged.
+    A repeated `idempotency_key` from the same submitter returns the first job unchanged, once
+    the request has passed the same validation as the first (a bad body is a 400 whatever its
+    key); a key reused for another model or another number of rows is a Conflict (409).
     """
-    if idempotency_key:
-        earlier = _existing(db, submitter_id, idempotency_key)
-        if earlier is not None:
-            return earlier
     model = load_model_snapshot(db, request.model_id)
     rows = row_source(request.rows)
     if not len(rows):
         raise InvalidInput("rows must contain at least one row")
     table = check_rows(model, rows, request.manifest)
     row_count = table.num_rows
+    if idempotency_key is not None:
+        earlier = _existing(db, submitter_id, idempotency_key)
+        if earlier is not None:
+            return _same_request(earlier, model.id, row_count)
     manifest_bytes = (
         json.dumps(request.manifest, indent=2).encode() if request.manifest is not None else None
     )
@@ -209,12 +211,22 @@ def submit_contribution(
     except BaseException as exc:
         for obj in written:
             store.delete(obj.key)
-        if idempotency_key and isinstance(exc, IntegrityError):
+        if idempotency_key is not None and isinstance(exc, IntegrityError):
             # A concurrent retry with the same key won the race: answer with its job.
             earlier = _existing(db, submitter_id, idempotency_key)
             if earlier is not None:
-                return earlier
+                return _same_request(earlier, model.id, row_count)
         raise
+
+
+def _same_request(earlier: Contribution, model_id: int, row_count: int) -> Contribution:
+    """The first job of an idempotency key, unless the retry is visibly another request."""
+    if earlier.model_id != model_id or earlier.submitted_rows != row_count:
+        raise Conflict(
+            "this Idempotency-Key was already used for another request "
+            f"(model {earlier.model_id}, {earlier.submitted_rows} rows); use a new key"
+        )
+    return earlier
 
 
 def get_contribution(db: Database, model_id: int, job_id: str, user_id: str) -> Contribution:

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from pipeline.core.errors import InvalidInput
+from pipeline.core.text import END
 
 if TYPE_CHECKING:
     from pipeline.store.objectstore import ObjectStore
@@ -67,6 +68,16 @@ MANIFEST_FILENAME = "manifest.json"
 MANIFEST_MAX_BYTES = 1024 * 1024
 
 _WALLET = re.compile(r"0x[0-9a-fA-F]{40}")
+# The spellings that need no checksum, as a JSON Schema pattern: all lower or all upper case.
+# A mixed-case address is accepted too when it is the EIP-55 checksum spelling, which no
+# pattern can state.
+WALLET_PATTERN = rf"^0x(?:[0-9a-f]{{40}}|[0-9A-F]{{40}}){END}"
+WALLET_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": WALLET_PATTERN,
+    "description": "Ethereum address: 0x + 40 hex digits in one case, or the EIP-55 "
+    "checksummed mixed-case spelling",
+}
 
 # Common SPDX license identifiers for datasets and code (https://spdx.org/licenses/).
 # A license not listed is named the way SPDX provides for that, `LicenseRef-<name>`
@@ -102,6 +113,24 @@ SPDX_LICENSES: tuple[str, ...] = (
 # SPDX identifiers match case-insensitively; the canonical spelling is what gets stored.
 _LICENSES_BY_KEY = {license.lower(): license for license in SPDX_LICENSES}
 _LICENSE_REF = re.compile(r"LicenseRef-[A-Za-z0-9.\-]+", re.IGNORECASE)
+LICENSE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "anyOf": [
+        {"enum": list(SPDX_LICENSES)},
+        {"pattern": rf"^LicenseRef-[A-Za-z0-9.\-]+{END}"},
+    ],
+    "description": "SPDX identifier (matched in any letter case) or LicenseRef-<name>",
+}
+
+
+def _schema(by: dict[str, Any]) -> Any:
+    """A `json_schema_extra` that states a field's rule in place of pydantic's plain type."""
+
+    def replace(schema: dict[str, Any]) -> None:
+        schema.clear()
+        schema.update(by)
+
+    return replace
 
 
 # --- wallets -------------------------------------------------------------------------------
@@ -149,7 +178,7 @@ class ContributorShare(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1, max_length=200)
-    wallet_address: str
+    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
     # Strict: a boolean or a numeric string is a mistake in the file, not a weight.
     weight: float = Field(gt=0, le=1, strict=True, allow_inf_nan=False)
 
@@ -159,6 +188,13 @@ class ContributorShare(BaseModel):
         return _checked_wallet(value)
 
 
+def _at_least_one(schema: dict[str, Any]) -> None:
+    """The array branch of `contributors` (`list | None`) needs one entry when present."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") == "array":
+            branch["minItems"] = 1
+
+
 class ContributorManifest(BaseModel):
     """The contributor manifest of spec §2.5."""
 
@@ -166,11 +202,16 @@ class ContributorManifest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     contributor_id: str = Field(min_length=1, max_length=200)
-    wallet_address: str
+    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
     data_description: str = Field(min_length=1, max_length=10_000)
     data_source: str = Field(min_length=1, max_length=2_000)
-    license: str
-    contributors: list[ContributorShare] | None = None
+    license: str = Field(json_schema_extra=_schema(LICENSE_SCHEMA))
+    # Weights must also sum to 1 and ids be distinct, which JSON Schema cannot state.
+    contributors: list[ContributorShare] | None = Field(
+        default=None,
+        description="several contributors: distinct ids, weights summing to 1",
+        json_schema_extra=_at_least_one,
+    )
 
     @field_validator("wallet_address")
     @classmethod

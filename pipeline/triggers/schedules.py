@@ -17,6 +17,7 @@ Rules, also in the README:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,23 +34,57 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
+from pipeline.core.text import END
 from pipeline.models.registry import get_model
 
 CRON_MAX_LENGTH = 200
 CRON_ALIASES = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+def _field(value: str) -> str:
+    """A cron field: `*`, a value or a range, each with an optional step, comma-separated."""
+    item = rf"(?:\*|{value}(?:-{value})?)(?:/[1-9][0-9]?)?"
+    return rf"{item}(?:,{item})*"
+
+
+_CRON_FIELDS = (
+    r"[0-5]?[0-9]",  # minute
+    r"(?:[01]?[0-9]|2[0-3])",  # hour
+    r"(?:0?[1-9]|[12][0-9]|3[01])",  # day of month
+    "(?:0?[1-9]|1[0-2]|" + "|".join(map(_any_case, _MONTHS)) + ")",  # month
+    "(?:[0-7]|" + "|".join(map(_any_case, _DAYS)) + ")",  # day of week (0 and 7: Sunday)
+)
+# Standard cron as this service accepts it, one pattern for the validator and the OpenAPI
+# document: 5 fields of numbers, names, ranges, lists and steps (1 to 99), or an alias, in any
+# letter case, with spaces or tabs around and between the fields. croniter's extensions (`L`, `W`,
+# `#`, `?`, `H`, seconds and year fields) are refused like any other invalid expression.
+CRON_PATTERN = (
+    r"^[ \t]*(?:"
+    + r"[ \t]+".join(_field(value) for value in _CRON_FIELDS)
+    + "|"
+    + "|".join(_any_case(alias) for alias in sorted(CRON_ALIASES))
+    + rf")[ \t]*{END}"
+)
+_CRON = re.compile(CRON_PATTERN)
 
 
 def validate_cron(expression: str) -> str:
     """The normalised expression (single spaces); Unprocessable when it is not standard cron."""
     from croniter import croniter
 
+    if len(expression) > CRON_MAX_LENGTH:
+        raise Unprocessable(f"cron_expression is longer than {CRON_MAX_LENGTH} characters")
     text = " ".join(expression.split())
     if not text:
         raise Unprocessable("cron_expression must not be empty")
-    if len(text) > CRON_MAX_LENGTH:
-        raise Unprocessable(f"cron_expression is longer than {CRON_MAX_LENGTH} characters")
     if text.startswith("@"):
         if text.lower() not in CRON_ALIASES:
             raise Unprocessable(f"cron_expression {text!r}: unknown alias")
@@ -59,7 +94,7 @@ def validate_cron(expression: str) -> str:
             f"cron_expression {text!r}: standard cron has 5 fields "
             "(minute hour day-of-month month day-of-week)"
         )
-    if not croniter.is_valid(text):
+    if not _CRON.match(expression) or not croniter.is_valid(text):
         raise Unprocessable(f"cron_expression {text!r} is not a valid cron expression")
     # Valid syntax can still describe a time that never comes (February 31st).
     next_fire_time(text, datetime(2000, 1, 1, tzinfo=UTC))

@@ -369,11 +369,17 @@ def test_rotation_keeps_allowed_ips_and_links_the_keys(client: TestClient, db) -
         assert before.replaced_by == new and before.revoked_at is not None
 
 
-def test_rotating_a_revoked_key_is_400(client: TestClient) -> None:
+def test_rotating_a_revoked_or_rotated_out_key_is_409(client: TestClient) -> None:
+    # The request is well formed; the key's state rules it out (docs/api.md).
     key_id = create(client)["key_info"]["key_id"]
     assert client.delete(f"/api/v1/keys/{key_id}", headers=ADMIN).status_code == 200
     response = client.post(f"/api/v1/keys/{key_id}/rotate", headers=ADMIN)
-    assert response.status_code == 400
+    assert response.status_code == 409
+    assert set(response.json()) == {"detail"}
+    other = create(client)["key_info"]["key_id"]
+    assert client.post(f"/api/v1/keys/{other}/rotate", headers=ADMIN).status_code == 200
+    response = client.post(f"/api/v1/keys/{other}/rotate", headers=ADMIN)
+    assert response.status_code == 409
     assert set(response.json()) == {"detail"}
 
 
@@ -426,7 +432,7 @@ def test_expired_key_fails(client: TestClient, db) -> None:
     assert client.get("/api/v1/whoami", headers=bearer(created["api_key"])).status_code == 401
     assert verify(client, created["api_key"]) == {"valid": False, "reason": "expired"}
     rotated = client.post(f"/api/v1/keys/{created['key_info']['key_id']}/rotate", headers=ADMIN)
-    assert rotated.status_code == 400
+    assert rotated.status_code == 409
 
 
 # --- platform key dependency (spec §5) ----------------------------------------------------------
@@ -735,7 +741,7 @@ def test_key_values_never_reach_the_logs(client: TestClient, caplog) -> None:
 
 def test_concurrent_rotations_give_a_key_only_one_successor(db) -> None:
     from pipeline.auth.keys import KeyCreate, create_key, rotate_key
-    from pipeline.core.errors import InvalidInput
+    from pipeline.core.errors import Conflict
 
     with db.session() as session:
         key_id = create_key(session, KeyCreate(name="k", service_id="platform"), user_id="u").key.id
@@ -746,7 +752,7 @@ def test_concurrent_rotations_give_a_key_only_one_successor(db) -> None:
         assert stale_a is not None and stale_b is not None
         rotate_key(first, stale_a)
         first.commit()
-        with pytest.raises(InvalidInput):
+        with pytest.raises(Conflict):
             rotate_key(second, stale_b)
         second.rollback()
     finally:

@@ -208,6 +208,38 @@ def test_idempotency_key_stores_rows_once(client, auth_headers, db) -> None:
     assert counts(db)[0] == 1
 
 
+def test_a_reused_idempotency_key_still_validates_the_body(client, auth_headers, db) -> None:
+    headers = {**auth_headers(), "Idempotency-Key": "batch-0002"}
+    assert client.post(URL, json=body(3), headers=headers).status_code == 202
+    bad = body(3)
+    bad["rows"][1]["tenure_months"] = "not a number"
+    retried = client.post(URL, json=bad, headers=headers)
+    assert retried.status_code == 400
+    assert retried.json()["errors"][0]["rowIndex"] == 1
+    assert counts(db)[0] == 1
+
+
+def test_an_idempotency_key_reused_for_another_request_is_409(client, auth_headers, db) -> None:
+    headers = {**auth_headers(), "Idempotency-Key": "batch-0003"}
+    assert client.post(URL, json=body(3), headers=headers).status_code == 202
+    other = client.post(URL, json=body(5), headers=headers)
+    assert other.status_code == 409
+    assert "Idempotency-Key" in other.json()["detail"]
+    assert counts(db)[0] == 1
+
+
+@pytest.mark.parametrize("key", [b"", b" ", b"x" * 201, "caf\u00e9".encode("latin-1")])
+def test_an_empty_or_malformed_idempotency_key_is_400_every_time(
+    client, auth_headers, db, key: bytes
+) -> None:
+    headers = {**auth_headers(), "Idempotency-Key": key}
+    for _ in range(2):
+        response = client.post(URL, json=body(3), headers=headers)
+        assert response.status_code == 400, response.text
+        assert response.json()["ok"] is False
+    assert counts(db)[0] == 0
+
+
 def test_body_over_the_limit_is_413(make_settings, auth_headers) -> None:
     from fastapi.testclient import TestClient
 

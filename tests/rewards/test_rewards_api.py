@@ -136,7 +136,8 @@ def test_evaluations_are_the_metric_history_newest_first(
 
 def test_evaluations_of_an_unknown_model_is_404(client: Any) -> None:
     assert client.get("/api/models/999/evaluations").status_code == 404
-    assert client.get("/api/models/99999999999999/evaluations").status_code == 404
+    # Beyond the 32-bit ids the document states: a bad request, like every model-id route.
+    assert client.get("/api/models/99999999999999/evaluations").status_code == 400
 
 
 def test_evaluations_of_a_model_without_any_is_empty(client: Any, db: Database) -> None:
