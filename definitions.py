@@ -1,17 +1,26 @@
-"""The one Dagster Definitions object of the marketplace code location."""
+"""The one Dagster Definitions object of the marketplace code location.
+
+Built by `defs()` when Dagster loads the code location (`workspace.yaml`), not at import: the
+sensors' intervals are settings, read then (`marketplace dev` sets them in the environment of
+the Dagster processes it starts). A bad setting stops the load with the message naming it.
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
 from assets import ASSET_CHECKS, ASSETS, JOBS, RESOURCES
+from pipeline.core.config import load_settings
 from sensors import RESOURCES as SENSOR_RESOURCES
-from sensors import SENSORS
+from sensors import make_sensors
 
-defs = dg.Definitions(
-    assets=ASSETS,
-    asset_checks=ASSET_CHECKS,
-    jobs=JOBS,
-    sensors=SENSORS,
-    resources={**RESOURCES, **SENSOR_RESOURCES},
-)
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(
+        assets=ASSETS,
+        asset_checks=ASSET_CHECKS,
+        jobs=JOBS,
+        sensors=make_sensors(load_settings()),
+        resources={**RESOURCES, **SENSOR_RESOURCES},
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 
 from fastapi import FastAPI
@@ -22,12 +21,8 @@ from api.routes import (
     schedules,
     web,
 )
-from pipeline.auth.keys import KeyVerifier
-from pipeline.auth.ratelimit import KeyRateLimiter
-from pipeline.bootstrap import remove_abandoned_temp_files
+from pipeline.bootstrap import Services, remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
-from pipeline.core.db import Database
-from pipeline.store.objectstore import object_store_from_settings
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.
@@ -36,7 +31,8 @@ MULTIPART_OVERHEAD = 1024 * 1024
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    logging.getLogger("pipeline").setLevel(settings.pipeline_log_level)
+    # The composition root builds the parts (and sets the pipeline's log level).
+    services = Services(settings)
     app = FastAPI(
         title="Data-contribution marketplace",
         version="0.1.0",
@@ -46,12 +42,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.state.settings = settings
     # An API process killed mid-upload leaves its temp files; nobody else would remove them.
     remove_abandoned_temp_files(settings)
-    app.state.db = Database.from_settings(settings)
-    app.state.store = object_store_from_settings(settings)
-    app.state.key_verifier = KeyVerifier(app.state.db, KeyRateLimiter.from_settings(settings))
+    # Read by `api.deps`; the app lives as long as its process, and so do its parts.
+    app.state.services = services
+    app.state.settings = services.settings
+    app.state.db = services.db
+    app.state.store = services.store
+    app.state.key_verifier = services.key_verifier()
     install_error_handlers(app)
     install_openapi(app, settings)
     for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):

@@ -421,7 +421,7 @@ def run_once(instance: Any, partition_key: str) -> float:
     from assets.partitions import EVALUATION_JOB
     from definitions import defs
 
-    job = defs.get_job_def(EVALUATION_JOB)
+    job = defs().get_job_def(EVALUATION_JOB)
     start = time.perf_counter()
     result = job.execute_in_process(
         partition_key=partition_key,

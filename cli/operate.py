@@ -13,7 +13,6 @@ from sqlalchemy import select
 
 from cli.processes import SupervisedTree, serve_app, signals_noted
 from pipeline.core.config import Settings, get_settings
-from pipeline.core.db import Database
 from pipeline.core.tables import Model
 
 if TYPE_CHECKING:
@@ -51,44 +50,36 @@ def _owner_from_args(session: Session, user: str | None, org: str | None) -> Mod
 
 
 def cmd_models_add(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import prepare_store
+    from pipeline.bootstrap import Services, prepare_store
     from pipeline.models.registry import ModelOwner, load_definition, model_owner, register_model
 
     settings = _settings()
     prepare_store(settings)
     definition = load_definition(Path(args.file))
-    db = Database.from_settings(settings)
-    try:
-        with db.session() as session:
-            owner = _owner_from_args(session, args.owner_user, args.owner_org)
-            existing = session.scalar(select(Model).where(Model.name == definition.name))
-            if owner is None and (existing is None or model_owner(existing) is None):
-                owner = ModelOwner(user_id=settings.admin_user_id)
-            model = register_model(session, definition, owner)
-            model_id, current = model.id, model_owner(model)
-    finally:
-        db.dispose()
+    with Services(settings) as services, services.db.session() as session:
+        owner = _owner_from_args(session, args.owner_user, args.owner_org)
+        existing = session.scalar(select(Model).where(Model.name == definition.name))
+        if owner is None and (existing is None or model_owner(existing) is None):
+            owner = ModelOwner(user_id=settings.admin_user_id)
+        model = register_model(session, definition, owner)
+        model_id, current = model.id, model_owner(model)
     print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
     print(model_id)
     return 0
 
 
 def cmd_models_set_owner(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import prepare_store
+    from pipeline.bootstrap import Services, prepare_store
     from pipeline.models.registry import find_model, model_owner, set_model_owner
 
     settings = _settings()
     prepare_store(settings)
-    db = Database.from_settings(settings)
-    try:
-        with db.session() as session:
-            owner = _owner_from_args(session, args.user, args.org)
-            assert owner is not None  # the parser requires one of --user and --org
-            model = find_model(session, args.model)
-            set_model_owner(model, owner)
-            model_id, name, current = model.id, model.name, model_owner(model)
-    finally:
-        db.dispose()
+    with Services(settings) as services, services.db.session() as session:
+        owner = _owner_from_args(session, args.user, args.org)
+        assert owner is not None  # the parser requires one of --user and --org
+        model = find_model(session, args.model)
+        set_model_owner(model, owner)
+        model_id, name, current = model.id, model.name, model_owner(model)
     print(f"model {model_id} ({name}) is owned by {_owner_text(current)}")
     return 0
 
@@ -98,21 +89,17 @@ def _owner_text(owner: ModelOwner | None) -> str:
 
 
 def cmd_models_list(_: argparse.Namespace) -> int:
-    from pipeline.bootstrap import prepare_store
+    from pipeline.bootstrap import Services, prepare_store
     from pipeline.models.registry import list_models, model_owner
 
     settings = _settings()
     prepare_store(settings)
-    db = Database.from_settings(settings)
-    try:
-        with db.session() as session:
-            for model in list_models(session):
-                print(
-                    f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
-                    f"\towner={_owner_text(model_owner(model))}"
-                )
-    finally:
-        db.dispose()
+    with Services(settings) as services, services.db.session() as session:
+        for model in list_models(session):
+            print(
+                f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
+                f"\towner={_owner_text(model_owner(model))}"
+            )
     return 0
 
 
@@ -120,12 +107,13 @@ def cmd_models_accepted(args: argparse.Namespace) -> int:
     """Audit of a model's training data: accepted versions, who contributed them, their shares."""
     import json
 
-    from pipeline.bootstrap import prepare_store
+    from pipeline.bootstrap import Services, prepare_store
     from pipeline.rewards.ledger import accepted_data
 
     settings = _settings()
     prepare_store(settings)
-    audit = accepted_data(Database.from_settings(settings), args.model_id)
+    with Services(settings) as services:
+        audit = accepted_data(services.db, args.model_id)
     if args.json:
         print(json.dumps(audit, indent=2))
         return 0

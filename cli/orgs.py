@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from pipeline.auth.orgs import (
     Role,
@@ -14,25 +15,24 @@ from pipeline.auth.orgs import (
     set_member,
 )
 from pipeline.core.config import get_settings
-from pipeline.core.db import Database
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 
-def _database() -> Database:
-    from pipeline.bootstrap import prepare_store
+def _services() -> Services:
+    # The composition root imports the whole domain core; `marketplace` starts without it.
+    from pipeline.bootstrap import Services, prepare_store
 
     settings = get_settings()
     prepare_store(settings)
-    return Database.from_settings(settings)
+    return Services(settings)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    db = _database()
-    try:
-        with db.session() as session:
-            org = create_org(session, args.name, args.owner)
-            org_id, name = org.id, org.name
-    finally:
-        db.dispose()
+    with _services() as services, services.db.session() as session:
+        org = create_org(session, args.name, args.owner)
+        org_id, name = org.id, org.name
     print(f"created organization {name!r} with owner {args.owner}")
     print(org_id)
     return 0
@@ -40,42 +40,30 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_add_member(args: argparse.Namespace) -> int:
     role = Role.parse(args.role)
-    db = _database()
-    try:
-        with db.session() as session:
-            org = find_org(session, args.org)
-            set_member(session, org, args.user, role)
-            org_id = org.id
-    finally:
-        db.dispose()
+    with _services() as services, services.db.session() as session:
+        org = find_org(session, args.org)
+        set_member(session, org, args.user, role)
+        org_id = org.id
     print(f"{args.user} is {role.value} of organization {org_id}")
     return 0
 
 
 def cmd_remove_member(args: argparse.Namespace) -> int:
-    db = _database()
-    try:
-        with db.session() as session:
-            org = find_org(session, args.org)
-            revoked = remove_member(session, org, args.user)
-            org_id = org.id
-    finally:
-        db.dispose()
+    with _services() as services, services.db.session() as session:
+        org = find_org(session, args.org)
+        revoked = remove_member(session, org, args.user)
+        org_id = org.id
     print(f"{args.user} removed from organization {org_id}; {revoked} of their keys revoked")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    db = _database()
-    try:
-        with db.session() as session:
-            for org, count in list_orgs(session):
-                print(f"{org.id}\t{org.name}\tmembers={count}")
-                if args.members:
-                    for member in list_members(session, org.id):
-                        print(f"\t{member.user_id}\t{member.role}")
-    finally:
-        db.dispose()
+    with _services() as services, services.db.session() as session:
+        for org, count in list_orgs(session):
+            print(f"{org.id}\t{org.name}\tmembers={count}")
+            if args.members:
+                for member in list_members(session, org.id):
+                    print(f"\t{member.user_id}\t{member.role}")
     return 0
 
 

@@ -8,7 +8,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from pipeline.core.config import ConfigError, Settings, get_settings
-from pipeline.core.db import Database
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -38,6 +37,7 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
 
 def cmd_retire(args: argparse.Namespace) -> int:
     from assets.partitions import plan_retirement, retire_settled
+    from pipeline.bootstrap import Services
     from pipeline.core.tables import isoformat_utc, utcnow
     from pipeline.triggers.retirement import settled_cutoff
 
@@ -46,18 +46,18 @@ def cmd_retire(args: argparse.Namespace) -> int:
     cutoff = settled_cutoff(utcnow(), keep_hours)
     limit = args.limit if args.limit is not None else sys.maxsize
     instance = dagster_instance(settings)
-    db = Database.from_settings(settings)
+    services = Services(settings)
     try:
         if args.dry_run:
-            plan = plan_retirement(instance, db, settled_before=cutoff, limit=limit)
+            plan = plan_retirement(instance, services.db, settled_before=cutoff, limit=limit)
             retired, scanned = len(plan.keys), plan.scanned
         else:
             retired, scanned = retire_settled(
-                instance, db, settled_before=cutoff, limit=limit, threads=args.threads
+                instance, services.db, settled_before=cutoff, limit=limit, threads=args.threads
             )
     finally:
         instance.dispose()
-        db.dispose()
+        services.close()
     verb = "would retire" if args.dry_run else "retired"
     print(
         f"{verb} {retired} partition(s) of dataset versions settled before "

@@ -18,7 +18,7 @@ from datetime import datetime
 import dagster as dg
 
 from assets.partitions import dataset_versions, plan_retirement
-from pipeline.core.db import Database
+from pipeline.bootstrap import Services
 from pipeline.core.tables import utcnow
 from pipeline.triggers.retirement import settled_cutoff
 from sensors.resources import SensorStore
@@ -49,18 +49,15 @@ def make_retirement_sensor(
         settings = sensor_store.settings()
         if settings.partition_retire_per_tick == 0:
             return dg.SensorResult(skip_reason="PARTITION_RETIRE_PER_TICK is 0")
-        db = Database.from_settings(settings)
-        try:
+        with Services(settings) as services:
             plan = plan_retirement(
                 context.instance,
-                db,
+                services.db,
                 settled_before=settled_cutoff(clock(), settings.partition_keep_hours),
                 limit=settings.partition_retire_per_tick,
                 cursor=context.cursor,
                 time_budget_seconds=time_budget_seconds,
             )
-        finally:
-            db.dispose()
         cursor = plan.cursor or ""
         if not plan.keys:
             return dg.SensorResult(

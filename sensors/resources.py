@@ -2,31 +2,22 @@
 
 Every field left unset comes from the environment through `pipeline.core.config.Settings`, so the
 production `Definitions` use `SensorStore()`; tests build one with `SensorStore.from_settings`.
+The parts come from the composition root (`pipeline.bootstrap.Services`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from assets.settings_resource import SettingsResource
-from pipeline.core.config import Settings
-from pipeline.core.db import Database
-from pipeline.store.objectstore import ObjectStore, object_store_from_settings
-from pipeline.store.queue import ArrivalQueue, arrival_queue_from_settings
+from pipeline.bootstrap import Services
 
 SENSOR_STORE = "sensor_store"
 
 
-@dataclass
-class TickStore:
+class TickStore(Services):
     """What one sensor tick works with; the database is disposed when the tick ends."""
-
-    settings: Settings
-    db: Database
-    store: ObjectStore
-    queue: ArrivalQueue
 
     @property
     def dataset_bucket(self) -> str | None:
@@ -41,12 +32,5 @@ class SensorStore(SettingsResource):
 
     @contextmanager
     def open(self) -> Iterator[TickStore]:
-        settings = self.settings()
-        db = Database.from_settings(settings)
-        try:
-            queue = arrival_queue_from_settings(
-                settings, db, sqs_wait_seconds=self.sqs_wait_seconds
-            )
-            yield TickStore(settings, db, object_store_from_settings(settings), queue)
-        finally:
-            db.dispose()
+        with TickStore(self.settings(), sqs_wait_seconds=self.sqs_wait_seconds) as tick:
+            yield tick

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import update
 
+from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import (
     REJECTED,
     VALIDATING,
     Batch,
-    Services,
     VersionItem,
     fail_job,
     job_status,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import select
 
+from pipeline.bootstrap import Services
 from pipeline.checks.fingerprints import (
     FingerprintFormatError,
     Fingerprints,
@@ -62,7 +63,7 @@ from pipeline.checks.fingerprints import (
 )
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
-from pipeline.evaluation.batches import Services, VersionItem, load_frame, version_item
+from pipeline.evaluation.batches import VersionItem, load_frame, version_item
 
 if TYPE_CHECKING:
     import pandas as pd

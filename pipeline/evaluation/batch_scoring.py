@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, and_, or_, select
 
+from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import DomainError, InvalidInput
 from pipeline.core.tables import (
@@ -51,7 +52,6 @@ from pipeline.evaluation.batches import (
     REWARDED,
     VALIDATING,
     Batch,
-    Services,
     VersionItem,
     fail_job,
     job_status,

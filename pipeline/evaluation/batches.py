@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.core.config import Settings
+from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
@@ -56,7 +56,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
-from pipeline.store.objectstore import ObjectStore, object_store_from_settings
+from pipeline.store.objectstore import ObjectStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,26 +77,6 @@ EXTERNAL_SUBMITTER = "external"
 MAX_EXPIRED_CLAIMS = 2
 # Expired claims handled per call (a sensor tick must stay short).
 EXPIRE_LIMIT = 500
-
-
-# --- services ------------------------------------------------------------------------------
-
-
-class Services:
-    """Settings, database and object store of one process (what the Dagster resource holds)."""
-
-    def __init__(
-        self, settings: Settings, db: Database | None = None, store: ObjectStore | None = None
-    ) -> None:
-        self.settings = settings
-        self._owns_db = db is None
-        self.db = db or Database.from_settings(settings)
-        self.store: ObjectStore = store or object_store_from_settings(settings)
-        logging.getLogger("pipeline").setLevel(settings.pipeline_log_level)
-
-    def close(self) -> None:
-        if self._owns_db:
-            self.db.dispose()
 
 
 # --- batches -------------------------------------------------------------------------------

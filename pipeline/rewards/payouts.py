@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
@@ -39,7 +40,7 @@ from pipeline.core.tables import (
     utcnow,
 )
 from pipeline.evaluation.batch_scoring import EvaluationOutcome
-from pipeline.evaluation.batches import EVALUATING, REWARDED, Services
+from pipeline.evaluation.batches import EVALUATING, REWARDED
 from pipeline.rewards.formula import TOKEN_DECIMALS
 from pipeline.store.objectstore import ObjectStore, dataset_key
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
+from pipeline.bootstrap import Services
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
 from pipeline.checks.integrity import (
@@ -36,7 +37,7 @@ from pipeline.core.db import Database
 from pipeline.core.tables import RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.batch_scoring import accepted_items
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, Services
+from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (
     BENCHMARK_ROWS,

@@ -24,6 +24,7 @@ import dagster as dg
 import pytest
 from sqlalchemy import update
 
+from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, utcnow
@@ -33,7 +34,6 @@ from pipeline.evaluation.batches import (
     QUEUED,
     VALIDATING,
     LeaseKeeper,
-    Services,
     claim_batch,
     expire_leases,
     renew_leases,
@@ -258,7 +258,8 @@ CLAIMER = textwrap.dedent(
     import sys, time
 
     sys.path.insert(0, sys.argv[1])
-    from pipeline.evaluation.batches import LeaseKeeper, Services, claim_batch
+    from pipeline.bootstrap import Services
+    from pipeline.evaluation.batches import LeaseKeeper, claim_batch
     from pipeline.core.config import load_settings
 
     settings = load_settings()

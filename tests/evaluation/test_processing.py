@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
+from pipeline.bootstrap import Services
 from pipeline.checks.batch import count_spec_violations, run_quality_checks, verdict
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
@@ -27,7 +28,6 @@ from pipeline.evaluation.batches import (
     REJECTED,
     REWARDED,
     VALIDATING,
-    Services,
     claim_batch,
 )
 from pipeline.models.registry import demo_definition

@@ -222,8 +222,9 @@ def test_upload_profile_refuses_as_unprocessable(hostile: Path) -> None:
 def test_a_hostile_external_file_fails_the_readability_check(
     settings: Settings, db: Database
 ) -> None:
+    from pipeline.bootstrap import Services
     from pipeline.checks.batch import describe_batch, readability_outcomes
-    from pipeline.evaluation.batches import REJECTED, Services, claim_batch
+    from pipeline.evaluation.batches import REJECTED, claim_batch
     from pipeline.store.objectstore import LocalObjectStore
     from tests.support.pipeline import add_external
 

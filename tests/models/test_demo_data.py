@@ -14,6 +14,7 @@ import pytest
 from cli.contributor import load_manifest, model_upload_fields
 from cli.datafiles import read_rows
 from cli.main import main
+from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
@@ -23,7 +24,7 @@ from pipeline.demo.demo_data import (
     demo_wallet,
     make_demo_data,
 )
-from pipeline.evaluation.batches import REWARDED, Services
+from pipeline.evaluation.batches import REWARDED
 from pipeline.evaluation.metrics import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition

@@ -15,13 +15,14 @@ import pytest
 from sqlalchemy import select
 
 from cli.main import main
+from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.batch_scoring import evaluate_batch
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, Services, claim_batch
+from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, claim_batch
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch

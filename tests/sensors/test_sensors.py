@@ -372,10 +372,10 @@ def test_schedule_sensor_fires_due_schedules_once(
 
 
 def test_sensor_definitions() -> None:
-    import sensors
+    import definitions
     from pipeline.core.config import get_settings
 
-    by_name = {s.name: s for s in sensors.SENSORS}
+    by_name = {s.name: s for s in definitions.defs().sensors}
     assert set(by_name) == {
         "dataset_arrival_sensor",
         "evaluation_schedule_sensor",
@@ -398,7 +398,7 @@ def test_definitions_validate_with_the_evaluation_job() -> None:
 
     # The sensors target this job: its absence is a failure, not a reason to skip.
     assert any(getattr(job, "name", None) == EVALUATION_JOB for job in JOBS)
-    dg.Definitions.validate_loadable(definitions.defs)
+    dg.Definitions.validate_loadable(definitions.defs())
 
 
 # --- Dagster instance configuration -----------------------------------------------------------

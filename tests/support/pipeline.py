@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from pipeline.bootstrap import Services
 from pipeline.checks.batch import (
     describe_batch,
     run_integrity_checks,
@@ -20,7 +21,7 @@ from pipeline.core.db import Database
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.batch_scoring import EvaluationOutcome, evaluate_batch
-from pipeline.evaluation.batches import Batch, Services, claim_batch
+from pipeline.evaluation.batches import Batch, claim_batch
 from pipeline.intake.contributions import ContributionRequest, submit_contribution
 from pipeline.models.registry import ModelDefinition, allocate_version, register_model
 from pipeline.rewards.payouts import RewardOutcome, pay_batch
