@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,13 +20,18 @@ from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
 from pipeline.models.registry import allocate_version, get_model
+from pipeline.rewards.manifests import (
+    MANIFEST_FILENAME,
+    InvalidManifest,
+    encode_manifest,
+    parse_manifest,
+)
 from pipeline.rewards.valuation import valuation_view
 from pipeline.store.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.store.queue import enqueue_local_arrival
 from pipeline.triggers.arrivals import run_request_due
 
 ROWS_FILENAME = "rows.parquet"
-MANIFEST_FILENAME = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,6 @@ def check_rows(
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One spec §2.4 error per manifest problem, at `manifest.<field>` (rowIndex -1)."""
-    from pipeline.rewards.formula import InvalidManifest, parse_manifest
-
     if manifest is None:
         return []
     try:
@@ -158,9 +160,7 @@ def submit_contribution(
         raise InvalidInput("rows must contain at least one row")
     table = check_rows(model, rows, request.manifest)
     row_count = table.num_rows
-    manifest_bytes = (
-        json.dumps(request.manifest, indent=2).encode() if request.manifest is not None else None
-    )
+    manifest_bytes = encode_manifest(request.manifest) if request.manifest is not None else None
     payload = table_to_parquet_bytes(table)
     del table  # the Parquet bytes are all that is kept from here on
 

@@ -49,8 +49,8 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.db import Database
 from pipeline.core.tables import DatasetArrival, DatasetVersion, Model, isoformat_utc
-from pipeline.rewards.formula import InvalidManifest, read_manifest_file
-from pipeline.store.objectstore import ObjectStore, dataset_key, sha256_file
+from pipeline.rewards.manifests import MANIFEST_FILENAME, InvalidManifest, read_version_manifest
+from pipeline.store.objectstore import ObjectStore, sha256_file
 from pipeline.store.queue import ArrivalQueue, ObjectArrival, QueueMessage, parse_arrival_message
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,6 @@ DATA_FORMATS = {
     ".jsonl": "json",
     ".ndjson": "json",
 }
-MANIFEST_FILENAME = "manifest.json"
 MAX_MODEL_ID = 2**31 - 1
 # How long an object without its database row may be an API upload whose commit is in flight.
 INFLIGHT_GRACE_SECONDS = 300
@@ -161,7 +160,7 @@ def read_manifest(store: ObjectStore, model_id: int, version: str) -> dict[str, 
     An unusable file is left out here; the payout reads it again and names its problem.
     """
     try:
-        return read_manifest_file(store, dataset_key(model_id, version, MANIFEST_FILENAME))
+        return read_version_manifest(store, model_id, version)
     except InvalidManifest:
         return None
 
