@@ -18,8 +18,9 @@ from pipeline.core.errors import InvalidInput, NotFound, RowValidationFailed
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
+from pipeline.intake.versions import VersionFacts, new_dataset_version
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
-from pipeline.models.registry import allocate_version, get_model
+from pipeline.models.registry import get_model
 from pipeline.rewards.manifests import (
     MANIFEST_FILENAME,
     InvalidManifest,
@@ -27,8 +28,7 @@ from pipeline.rewards.manifests import (
     parse_manifest,
 )
 from pipeline.rewards.valuation import valuation_view
-from pipeline.store.objectstore import ObjectStore, StoredObject, dataset_key
-from pipeline.store.queue import enqueue_local_arrival
+from pipeline.store.objectstore import ObjectStore
 from pipeline.triggers.arrivals import run_request_due
 
 ROWS_FILENAME = "rows.parquet"
@@ -164,57 +164,38 @@ def submit_contribution(
     payload = table_to_parquet_bytes(table)
     del table  # the Parquet bytes are all that is kept from here on
 
-    number, version = allocate_version(db, model.id)
-    written: list[StoredObject] = []
+    facts = VersionFacts(
+        kind="contribution",
+        file_format="parquet",
+        row_count=row_count,
+        columns=list(model.data_spec.get("properties", {})),
+        manifest=request.manifest,
+    )
     try:
-        if manifest_bytes is not None:
-            written.append(
-                store.put_bytes(dataset_key(model.id, version, MANIFEST_FILENAME), manifest_bytes)
-            )
-        # The data object goes last: its arrival is what starts the pipeline.
-        stored = store.put_bytes(dataset_key(model.id, version, ROWS_FILENAME), payload)
-        written.append(stored)
-        with db.session() as session:
-            dataset = DatasetVersion(
-                model_id=model.id,
-                version=version,
-                version_number=number,
-                kind="contribution",
-                object_key=stored.key,
-                uri=stored.uri,
-                file_format="parquet",
-                sha256=stored.sha256,
-                size_bytes=stored.size_bytes,
-                row_count=row_count,
-                columns=list(model.data_spec.get("properties", {})),
-                manifest=request.manifest,
-            )
-            session.add(dataset)
-            session.flush()
-            job = Contribution(
-                model_id=model.id,
-                dataset_version_id=dataset.id,
-                submitter_id=submitter_id,
-                status="queued",
-                submitted_rows=row_count,
-                benchmark_spec_id=request.benchmark_spec_id,
-                schema_version=request.schema_version,
-                template_id=request.template_id,
-                idempotency_key=idempotency_key,
-            )
-            session.add(job)
-            if local_queue:
-                enqueue_local_arrival(session, stored)
+        with new_dataset_version(db, store, model.id) as draft:
+            if manifest_bytes is not None:
+                draft.put_bytes(draft.key(MANIFEST_FILENAME), manifest_bytes)
+            stored = draft.put_bytes(draft.key(ROWS_FILENAME), payload)
+            with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
+                job = Contribution(
+                    model_id=model.id,
+                    dataset_version_id=dataset.id,
+                    submitter_id=submitter_id,
+                    status="queued",
+                    submitted_rows=row_count,
+                    benchmark_spec_id=request.benchmark_spec_id,
+                    schema_version=request.schema_version,
+                    template_id=request.template_id,
+                    idempotency_key=idempotency_key,
+                )
+                session.add(job)
         return job
-    except BaseException as exc:
-        for obj in written:
-            store.delete(obj.key)
-        if idempotency_key and isinstance(exc, IntegrityError):
-            # A concurrent retry with the same key won the race: answer with its job.
-            earlier = _existing(db, submitter_id, idempotency_key)
-            if earlier is not None:
-                return earlier
-        raise
+    except IntegrityError:
+        # A concurrent retry with the same key won the race: answer with its job.
+        earlier = _existing(db, submitter_id, idempotency_key) if idempotency_key else None
+        if earlier is None:
+            raise
+        return earlier
 
 
 def get_contribution(db: Database, model_id: int, job_id: str, user_id: str) -> Contribution:
