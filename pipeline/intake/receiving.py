@@ -24,7 +24,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,17 @@ import pyarrow.csv as pacsv
 from pipeline.core.config import Settings
 from pipeline.core.errors import DomainError, InvalidInput, PayloadTooLarge, Unprocessable
 from pipeline.core.tempfiles import locked_temp_dir
+from pipeline.intake.formats import (
+    CSV,
+    EXTENSIONS,
+    PARQUET,
+    PARQUET_MAGIC,
+    UPLOAD_FORMATS,
+    FileFormat,
+    extension,
+    format_of,
+    format_title,
+)
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -40,12 +51,6 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
-
-FileFormat = Literal["csv", "parquet"]
-CSV: FileFormat = "csv"
-PARQUET: FileFormat = "parquet"
-
-PARQUET_MAGIC = b"PAR1"
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
 HEAD_BYTES = 64 * 1024
@@ -60,7 +65,6 @@ SAMPLE_VALUE_CHARS = 4096
 SAMPLE_CHAR_BUDGET = 32 * 1024 * 1024
 
 FILENAME_MAX_CHARS = 200
-_EXTENSIONS: dict[str, FileFormat] = {".csv": CSV, ".parquet": PARQUET, ".pq": PARQUET}
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # Text files hold no control characters other than tab, newlines and form feed.
@@ -91,11 +95,12 @@ def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
 
 def check_extension(filename: str | None, file_format: FileFormat) -> None:
     """A name ending in .csv or .parquet must match the content (InvalidInput otherwise)."""
-    suffix = Path(filename or "").suffix.lower()
-    claimed = _EXTENSIONS.get(suffix)
-    if claimed is not None and claimed != file_format:
-        what = "Parquet" if file_format == PARQUET else "CSV"
-        raise InvalidInput(f"the file is named {suffix} but its content is {what}")
+    claimed = format_of(filename or "")
+    if claimed in UPLOAD_FORMATS and claimed != file_format:
+        suffix = extension(filename or "")
+        raise InvalidInput(
+            f"the file is named {suffix} but its content is {format_title(file_format)}"
+        )
 
 
 def stored_filename(filename: str | None, file_format: FileFormat) -> str:
@@ -104,7 +109,7 @@ def stored_filename(filename: str | None, file_format: FileFormat) -> str:
     name = unicodedata.normalize("NFKC", name)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
     stem, suffix = os.path.splitext(name)
-    if _EXTENSIONS.get(suffix.lower()) != file_format:
+    if EXTENSIONS.get(suffix.lower()) != file_format:
         stem, suffix = name, f".{file_format}"
     stem = stem.strip("._-")[:FILENAME_MAX_CHARS] or "dataset"
     return stem + suffix

@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.db import Database
 from pipeline.core.tables import DatasetArrival, DatasetVersion, Model, isoformat_utc
+from pipeline.intake.formats import format_of
 from pipeline.rewards.manifests import MANIFEST_FILENAME, InvalidManifest, read_version_manifest
 from pipeline.store.objectstore import ObjectStore, sha256_file
 from pipeline.store.queue import ArrivalQueue, ObjectArrival, QueueMessage, parse_arrival_message
@@ -56,14 +57,6 @@ from pipeline.store.queue import ArrivalQueue, ObjectArrival, QueueMessage, pars
 log = logging.getLogger(__name__)
 
 KEY_PATTERN = re.compile(r"^datasets/([1-9][0-9]{0,9})/(v[1-9][0-9]{0,8})/([^/]+)$")
-DATA_FORMATS = {
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".json": "json",
-    ".jsonl": "json",
-    ".ndjson": "json",
-}
 MAX_MODEL_ID = 2**31 - 1
 # How long an object without its database row may be an API upload whose commit is in flight.
 INFLIGHT_GRACE_SECONDS = 300
@@ -90,8 +83,7 @@ def parse_dataset_key(key: str) -> DatasetObjectKey | None:
     model, version, filename = match.groups()
     if filename.startswith(".") or filename == MANIFEST_FILENAME:
         return None
-    suffix = filename[filename.rfind(".") :].lower() if "." in filename else ""
-    file_format = DATA_FORMATS.get(suffix)
+    file_format = format_of(filename)
     if file_format is None or int(model) > MAX_MODEL_ID:
         return None
     return DatasetObjectKey(int(model), version, int(version[1:]), filename, file_format)

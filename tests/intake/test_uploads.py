@@ -21,9 +21,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion
+from pipeline.intake.formats import CSV, PARQUET
 from pipeline.intake.receiving import (
-    CSV,
-    PARQUET,
     csv_error_reason,
     profile_path,
     sniff_format,
