@@ -16,6 +16,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, NotFound, RowValidationFailed
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
+from pipeline.intake.formats import PARQUET
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
 from pipeline.intake.versions import VersionFacts, new_dataset_version
@@ -29,7 +30,7 @@ from pipeline.rewards.manifests import (
 )
 from pipeline.rewards.valuation import valuation_view
 from pipeline.store.objectstore import ObjectStore
-from pipeline.triggers.arrivals import run_request_due
+from pipeline.triggers.debounce import run_request_due
 
 ROWS_FILENAME = "rows.parquet"
 
@@ -164,13 +165,8 @@ def submit_contribution(
     payload = table_to_parquet_bytes(table)
     del table  # the Parquet bytes are all that is kept from here on
 
-    facts = VersionFacts(
-        kind="contribution",
-        file_format="parquet",
-        row_count=row_count,
-        columns=list(model.data_spec.get("properties", {})),
-        manifest=request.manifest,
-    )
+    columns = list(model.data_spec.get("properties", {}))
+    facts = VersionFacts("contribution", PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:
             if manifest_bytes is not None:
@@ -225,6 +221,55 @@ def _when(value: datetime) -> str:
     return isoformat_utc(value.replace(microsecond=0)) or ""
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A queued job's arrival row (None before the sensor records it) and when its batch opened."""
+
+    arrival: DatasetArrival | None
+    first_seen: datetime | None
+
+
+def _job_batch(db: Database, job: Contribution) -> _Batch:
+    with db.session() as session:
+        object_key = session.scalar(
+            select(DatasetVersion.object_key).where(DatasetVersion.id == job.dataset_version_id)
+        )
+        arrival = session.scalar(
+            select(DatasetArrival).where(DatasetArrival.object_key == object_key)
+        )
+        if arrival is not None and arrival.run_key is not None:
+            batch = DatasetArrival.run_key == arrival.run_key
+        else:  # the model's pending batch, which this arrival opened, joined or will join
+            batch = (DatasetArrival.model_id == job.model_id) & DatasetArrival.run_key.is_(None)
+        first_seen = session.scalar(select(func.min(DatasetArrival.received_at)).where(batch))
+    return _Batch(arrival, first_seen)
+
+
+def _wait_for_recording(
+    job: Contribution, first_seen: datetime | None, now: datetime, window: int, poll: int
+) -> QueueWait:
+    """Before the sensor recorded the arrival: it does at its next tick at the latest; the
+    arrival then joins the model's pending batch if that is not released by then, else opens a
+    new one."""
+    recorded_by = _aware(job.created_at) + timedelta(seconds=poll)
+    due = run_request_due(recorded_by, window, poll)
+    if first_seen is not None:
+        pending_due = run_request_due(_aware(first_seen), window, poll)
+        due = pending_due if pending_due >= recorded_by else due
+    if now > recorded_by + timedelta(seconds=poll):
+        return QueueWait(
+            due,
+            "the arrival sensor has not recorded this dataset version yet "
+            f"(it reads the queue every {poll} s): is the Dagster daemon running?",
+        )
+    then = f", then for the {window} s debounce window to close" if window else ""
+    return QueueWait(
+        due,
+        f"waiting for the arrival sensor to record the dataset version (every {poll} s)"
+        f"{then}; evaluation due at {_when(due)}",
+    )
+
+
 def queue_wait(
     db: Database, settings: Settings, job: Contribution, now: datetime | None = None
 ) -> QueueWait | None:
@@ -242,38 +287,10 @@ def queue_wait(
     now = now or utcnow()
     window = settings.evaluation_debounce_window_seconds
     poll = settings.arrival_poll_interval_seconds
-    with db.session() as session:
-        object_key = session.scalar(
-            select(DatasetVersion.object_key).where(DatasetVersion.id == job.dataset_version_id)
-        )
-        arrival = session.scalar(
-            select(DatasetArrival).where(DatasetArrival.object_key == object_key)
-        )
-        if arrival is not None and arrival.run_key is not None:
-            batch = DatasetArrival.run_key == arrival.run_key
-        else:  # the model's pending batch, which this arrival opened, joined or will join
-            batch = (DatasetArrival.model_id == job.model_id) & DatasetArrival.run_key.is_(None)
-        first_seen = session.scalar(select(func.min(DatasetArrival.received_at)).where(batch))
+    batch = _job_batch(db, job)
+    arrival, first_seen = batch.arrival, batch.first_seen
     if arrival is None:
-        # The sensor records it at its next tick at the latest; it then joins the model's
-        # pending batch if that is not released by then, else opens a new one.
-        recorded_by = _aware(job.created_at) + timedelta(seconds=poll)
-        due = run_request_due(recorded_by, window, poll)
-        if first_seen is not None:
-            pending_due = run_request_due(_aware(first_seen), window, poll)
-            due = pending_due if pending_due >= recorded_by else due
-        if now > recorded_by + timedelta(seconds=poll):
-            return QueueWait(
-                due,
-                "the arrival sensor has not recorded this dataset version yet "
-                f"(it reads the queue every {poll} s): is the Dagster daemon running?",
-            )
-        then = f", then for the {window} s debounce window to close" if window else ""
-        return QueueWait(
-            due,
-            f"waiting for the arrival sensor to record the dataset version (every {poll} s)"
-            f"{then}; evaluation due at {_when(due)}",
-        )
+        return _wait_for_recording(job, first_seen, now, window, poll)
     due = run_request_due(_aware(first_seen or arrival.received_at), window, poll)
     if arrival.run_key is not None:
         return QueueWait(
