@@ -23,12 +23,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion
-from pipeline.intake.receiving import (
-    DatasetIntake,
-    DatasetProfile,
-    ReceivedDataset,
-    stored_filename,
-)
+from pipeline.intake.profiles import DatasetProfile
+from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
 from pipeline.intake.versions import VersionDraft, VersionFacts, new_dataset_version
 from pipeline.models.registry import get_model
 from pipeline.store.objectstore import ObjectStore, StoredObject
