@@ -16,22 +16,23 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pipeline.checks.integrity import benchmark_fingerprint_key
+import pandas as pd
+
+from pipeline.checks.fingerprints import FingerprintSummary
+from pipeline.checks.integrity import benchmark_fingerprint_key, fingerprint_benchmark_file
+from pipeline.checks.pii import PiiReport, scan_frame
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion
+from pipeline.evaluation.metrics import validate_metric
 from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
 from pipeline.intake.versions import VersionDraft, VersionFacts, new_dataset_version
 from pipeline.models.registry import get_model
 from pipeline.store.objectstore import ObjectStore, StoredObject
-
-if TYPE_CHECKING:
-    from pipeline.checks.fingerprints import FingerprintSummary
-    from pipeline.checks.pii import PiiReport
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,6 @@ def split_columns(value: str) -> tuple[str, ...]:
 
 def parse_form(fields: Mapping[str, str], task_type: str | None = None) -> BenchmarkForm:
     """Form values to settings; a blank value means the default. InvalidInput (400) when bad."""
-    from pipeline.evaluation.metrics import validate_metric
-
     unknown = sorted(set(fields) - set(FORM_FIELDS))
     if unknown:
         raise InvalidInput(f"unexpected form field(s): {', '.join(map(repr, unknown))}")
@@ -140,10 +139,6 @@ def check_profile(profile: DatasetProfile, form: BenchmarkForm) -> None:
 
 def scan_for_pii(profile: DatasetProfile, settings: Settings) -> PiiReport:
     """The shared Presidio scanner over the profile's bounded sample of text values."""
-    import pandas as pd
-
-    from pipeline.checks.pii import scan_frame
-
     frame = pd.DataFrame(
         {name: pd.Series(values, dtype=object) for name, values in profile.text_samples.items()}
     )
@@ -241,8 +236,6 @@ def fingerprint_received(
     received: ReceivedDataset, form: BenchmarkForm, task_type: str
 ) -> tuple[Path, FingerprintSummary]:
     """Fingerprint the received rows into a file beside the upload (removed with it)."""
-    from pipeline.checks.integrity import fingerprint_benchmark_file
-
     folder = received.path.parent
     out = folder / "benchmark.fingerprints"
     summary = fingerprint_benchmark_file(
@@ -277,6 +270,12 @@ class _CheckedUpload:
     received: ReceivedDataset
     fingerprints: Path | None
     fingerprinted_rows: int
+
+    def version_facts(self) -> VersionFacts:
+        profile = self.received.profile
+        return VersionFacts(
+            "benchmark", self.received.file_format, profile.row_count, list(profile.columns)
+        )
 
 
 def _check_upload(
@@ -326,12 +325,7 @@ def accept_benchmark_upload(
     checked = _check_upload(settings, target, intake, fields, watch)
     received = checked.received
     name = stored_filename(intake.filename, received.file_format)
-    facts = VersionFacts(
-        kind="benchmark",
-        file_format=received.file_format,
-        row_count=received.profile.row_count,
-        columns=list(received.profile.columns),
-    )
+    facts = checked.version_facts()
     with new_dataset_version(db, store, target.model_id) as draft:
         # Fingerprints first: an arrival announced by the dataset object finds them.
         if checked.fingerprints is not None:

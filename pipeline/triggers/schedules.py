@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from croniter import CroniterBadDateError, croniter
 from sqlalchemy import func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -43,8 +44,6 @@ CRON_ALIASES = frozenset(
 
 def validate_cron(expression: str) -> str:
     """The normalised expression (single spaces); Unprocessable when it is not standard cron."""
-    from croniter import croniter
-
     text = " ".join(expression.split())
     if not text:
         raise Unprocessable("cron_expression must not be empty")
@@ -68,8 +67,6 @@ def validate_cron(expression: str) -> str:
 
 def next_fire_time(expression: str, after: datetime) -> datetime:
     """The first time strictly after `after` at which `expression` fires (UTC)."""
-    from croniter import CroniterBadDateError, croniter
-
     start = after.astimezone(UTC)
     try:
         fire: datetime = croniter(expression, start).get_next(datetime)
