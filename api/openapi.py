@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from pipeline.core.config import Settings
-from pipeline.rewards.formula import ContributorManifest
+from pipeline.rewards.manifests import ContributorManifest
 
 ERROR_BODY = "ErrorBody"
 ERROR_SCHEMA: dict[str, Any] = {

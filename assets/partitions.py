@@ -33,10 +33,13 @@ RETIRE_ROUND = 5000
 
 
 def partition_key(model_id: int, version: str) -> str:
+    """A dataset version's partition, `{model_id}__{version}`: the one place this form is
+    written (the core knows versions, not partitions)."""
     return f"{model_id}__{version}"
 
 
 def parse_partition_key(key: str) -> tuple[int, str]:
+    """(model id, version) of a key `partition_key` made; ValueError for any other key."""
     model, sep, version = key.partition("__")
     if not sep or not model.isdigit() or not version:
         raise ValueError(f"not a dataset-version partition key: {key!r}")

@@ -66,6 +66,7 @@ def report_materializations(
     """Log this asset's materialization on the partition of each version in `per_version` but
     the run's own (whose output the step returns)."""
     logged = 0
+    run_partition = partition_key(batch.model_id, batch.version)
     for version, values in per_version.items():
         key = partition_key(batch.model_id, version)
         if version == batch.version or not _registered(context.instance, key):
@@ -74,7 +75,7 @@ def report_materializations(
             dg.AssetMaterialization(
                 asset_key=context.asset_key,
                 partition=key,
-                metadata={"processed_in_partition": batch.partition_key, **metadata_values(values)},
+                metadata={"processed_in_partition": run_partition, **metadata_values(values)},
             )
         )
         logged += 1
@@ -118,7 +119,8 @@ def report_check(
         result = by_version.get(item.version)
         if result is None or item.version == batch.version:
             continue
-        if not _registered(context.instance, item.partition_key):
+        key = partition_key(item.model_id, item.version)
+        if not _registered(context.instance, key):
             continue
         # `log_event` handles an AssetCheckEvaluation (its own branch in dagster 1.13), though
         # its annotation names only materializations, observations and expectations.
@@ -130,12 +132,12 @@ def report_check(
                 severity=dg.AssetCheckSeverity.ERROR,
                 description=result.description,
                 blocking=spec.blocking,
-                partition=item.partition_key,
+                partition=key,
                 target_materialization_data=_latest_materialization(
-                    context.instance, spec.asset_key, item.partition_key
+                    context.instance, spec.asset_key, key
                 ),
                 metadata={
-                    "processed_in_partition": batch.partition_key,
+                    "processed_in_partition": partition_key(batch.model_id, batch.version),
                     **metadata_values(result.metadata),
                 },
             )

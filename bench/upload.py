@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._server import ADMIN_TOKEN, embedded_server, peak_rss_mb
 from pipeline.core.config import Settings
-from pipeline.intake.receiving import profile_path
+from pipeline.intake.profiles import profile_path
 from pipeline.intake.uploads import scan_for_pii
 
 TARGET = "churned"

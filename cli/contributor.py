@@ -222,11 +222,10 @@ def batch_idempotency_key(model_id: int, file_digest: str, batch_count: int, ind
 
 def load_manifest(path: Path) -> dict[str, Any]:
     """Read and check a spec §2.5 manifest with the server's own check, naming every problem."""
-    from pipeline.rewards.formula import InvalidManifest, decode_manifest, parse_manifest
+    from pipeline.rewards.manifests import InvalidManifest, load_manifest_file
 
     try:
-        data = decode_manifest(path.read_bytes())
-        parse_manifest(data)
+        data = load_manifest_file(path)
     except FileNotFoundError:
         raise RowFileError(f"{path}: no such file") from None
     except InvalidManifest as exc:

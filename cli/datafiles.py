@@ -21,14 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FORMATS = {
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "json",
-}
+from pipeline.intake.formats import JSON, JSON_LINES_EXTENSIONS, extension, format_of
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _INTEGRAL_FLOAT = re.compile(r"[+-]?\d+\.0*")
@@ -52,7 +45,10 @@ class RowFile:
 
 
 def file_format(path: Path) -> str:
-    kind = FORMATS.get(path.suffix.lower())
+    """csv, parquet, jsonl (one row a line) or json (an array of rows), from the extension."""
+    kind = format_of(path.name)
+    if kind == JSON and extension(path.name) in JSON_LINES_EXTENSIONS:
+        return "jsonl"
     if kind is None:
         raise RowFileError(
             f"{path.name}: unsupported file type {path.suffix or '(none)'}; "
@@ -223,6 +219,7 @@ def _plain(value: Any) -> Any:
 
 
 def _parquet_rows(path: Path, schema: dict[str, Any]) -> tuple[list[dict[str, Any]], list]:
+    # pyarrow takes about 0.6 s to import: only a Parquet file pays for it, not every command.
     import pyarrow as pa
     import pyarrow.parquet as pq
 

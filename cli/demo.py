@@ -19,10 +19,10 @@ from pipeline.demo.demo_data import (
     DemoModel,
     make_demo_data,
 )
+from pipeline.rewards.manifests import MANIFEST_FILENAME as MANIFEST_FILE
 
 BENCHMARK_FILE = "benchmark.csv"
 CONTRIBUTION_FILE = "contribution.csv"
-MANIFEST_FILE = "manifest.json"
 DEMO_MODEL_ID = 1
 
 

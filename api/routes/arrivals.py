@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from api.deps import get_db, platform_key
 from pipeline.auth.keys import KeyPrincipal
 from pipeline.core.db import Database
-from pipeline.triggers.arrivals import arrival_view, list_arrivals
+from pipeline.triggers.arrival_rows import arrival_view, list_arrivals
 
 router = APIRouter(prefix="/api/v1", tags=["dataset arrivals"])
 

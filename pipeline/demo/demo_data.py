@@ -28,7 +28,8 @@ from typing import Any
 from pipeline.core.errors import InvalidInput
 from pipeline.demo.churn_data import churn_probability, churn_rows
 from pipeline.models.dataspec import RowValidator
-from pipeline.rewards.formula import parse_manifest, to_checksum_address
+from pipeline.rewards.formula import to_checksum_address
+from pipeline.rewards.manifests import parse_manifest
 
 DEMO_MODEL_NAME = "customer-churn"
 BENCHMARK_ROWS = 2000

@@ -1,6 +1,6 @@
 """Batches of dataset versions: claiming the pending versions of a run, and job status moves.
 
-A run for the partition `{model_id}__{version}` works on a *batch*: every dataset version of
+A run for a model's dataset version works on a *batch*: every dataset version of
 the model up to and including `version` that is not yet processed, in version order, so that
 arrivals debounced into one run are all handled. What is pending:
 
@@ -97,10 +97,6 @@ class VersionItem:
     benchmark_spec_id: str | None = None
 
     @property
-    def partition_key(self) -> str:
-        return f"{self.model_id}__{self.version}"
-
-    @property
     def is_contribution(self) -> bool:
         return self.contribution_id is not None
 
@@ -118,19 +114,11 @@ class Batch:
     claim: str | None = None  # `claimed_by` of the jobs this batch holds
 
     @property
-    def partition_key(self) -> str:
-        return f"{self.model_id}__{self.version}"
-
-    @property
     def versions(self) -> list[str]:
         return [item.version for item in self.items]
 
     def contributions(self) -> list[VersionItem]:
         return [item for item in self.items if item.is_contribution]
-
-    def other_partition_keys(self) -> list[str]:
-        """Partitions this run also processed (debounced arrivals), for the UI."""
-        return [item.partition_key for item in self.items if item.version != self.version]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,17 +16,23 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
+from pipeline.intake.formats import PARQUET
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
+from pipeline.intake.versions import VersionFacts, new_dataset_version
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
-from pipeline.models.registry import allocate_version, get_model
+from pipeline.models.registry import get_model
+from pipeline.rewards.manifests import (
+    MANIFEST_FILENAME,
+    InvalidManifest,
+    encode_manifest,
+    parse_manifest,
+)
 from pipeline.rewards.valuation import valuation_view
-from pipeline.store.objectstore import ObjectStore, StoredObject, dataset_key
-from pipeline.store.queue import enqueue_local_arrival
-from pipeline.triggers.arrivals import run_request_due
+from pipeline.store.objectstore import ObjectStore
+from pipeline.triggers.debounce import run_request_due
 
 ROWS_FILENAME = "rows.parquet"
-MANIFEST_FILENAME = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,6 @@ def check_rows(
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One spec §2.4 error per manifest problem, at `manifest.<field>` (rowIndex -1)."""
-    from pipeline.rewards.formula import InvalidManifest, parse_manifest
-
     if manifest is None:
         return []
     try:
@@ -160,63 +163,37 @@ def submit_contribution(
         earlier = _existing(db, submitter_id, idempotency_key)
         if earlier is not None:
             return _same_request(earlier, model.id, row_count)
-    manifest_bytes = (
-        json.dumps(request.manifest, indent=2).encode() if request.manifest is not None else None
-    )
+    manifest_bytes = encode_manifest(request.manifest) if request.manifest is not None else None
     payload = table_to_parquet_bytes(table)
     del table  # the Parquet bytes are all that is kept from here on
 
-    number, version = allocate_version(db, model.id)
-    written: list[StoredObject] = []
+    columns = list(model.data_spec.get("properties", {}))
+    facts = VersionFacts("contribution", PARQUET, row_count, columns, request.manifest)
     try:
-        if manifest_bytes is not None:
-            written.append(
-                store.put_bytes(dataset_key(model.id, version, MANIFEST_FILENAME), manifest_bytes)
-            )
-        # The data object goes last: its arrival is what starts the pipeline.
-        stored = store.put_bytes(dataset_key(model.id, version, ROWS_FILENAME), payload)
-        written.append(stored)
-        with db.session() as session:
-            dataset = DatasetVersion(
-                model_id=model.id,
-                version=version,
-                version_number=number,
-                kind="contribution",
-                object_key=stored.key,
-                uri=stored.uri,
-                file_format="parquet",
-                sha256=stored.sha256,
-                size_bytes=stored.size_bytes,
-                row_count=row_count,
-                columns=list(model.data_spec.get("properties", {})),
-                manifest=request.manifest,
-            )
-            session.add(dataset)
-            session.flush()
-            job = Contribution(
-                model_id=model.id,
-                dataset_version_id=dataset.id,
-                submitter_id=submitter_id,
-                status="queued",
-                submitted_rows=row_count,
-                benchmark_spec_id=request.benchmark_spec_id,
-                schema_version=request.schema_version,
-                template_id=request.template_id,
-                idempotency_key=idempotency_key,
-            )
-            session.add(job)
-            if local_queue:
-                enqueue_local_arrival(session, stored)
+        with new_dataset_version(db, store, model.id) as draft:
+            if manifest_bytes is not None:
+                draft.put_bytes(draft.key(MANIFEST_FILENAME), manifest_bytes)
+            stored = draft.put_bytes(draft.key(ROWS_FILENAME), payload)
+            with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
+                job = Contribution(
+                    model_id=model.id,
+                    dataset_version_id=dataset.id,
+                    submitter_id=submitter_id,
+                    status="queued",
+                    submitted_rows=row_count,
+                    benchmark_spec_id=request.benchmark_spec_id,
+                    schema_version=request.schema_version,
+                    template_id=request.template_id,
+                    idempotency_key=idempotency_key,
+                )
+                session.add(job)
         return job
-    except BaseException as exc:
-        for obj in written:
-            store.delete(obj.key)
-        if idempotency_key is not None and isinstance(exc, IntegrityError):
-            # A concurrent retry with the same key won the race: answer with its job.
-            earlier = _existing(db, submitter_id, idempotency_key)
-            if earlier is not None:
-                return _same_request(earlier, model.id, row_count)
-        raise
+    except IntegrityError:
+        # A concurrent retry with the same key won the race: answer with its job.
+        earlier = _existing(db, submitter_id, idempotency_key) if idempotency_key else None
+        if earlier is None:
+            raise
+        return _same_request(earlier, model.id, row_count)
 
 
 def _same_request(earlier: Contribution, model_id: int, row_count: int) -> Contribution:
@@ -256,6 +233,55 @@ def _when(value: datetime) -> str:
     return isoformat_utc(value.replace(microsecond=0)) or ""
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A queued job's arrival row (None before the sensor records it) and when its batch opened."""
+
+    arrival: DatasetArrival | None
+    first_seen: datetime | None
+
+
+def _job_batch(db: Database, job: Contribution) -> _Batch:
+    with db.session() as session:
+        object_key = session.scalar(
+            select(DatasetVersion.object_key).where(DatasetVersion.id == job.dataset_version_id)
+        )
+        arrival = session.scalar(
+            select(DatasetArrival).where(DatasetArrival.object_key == object_key)
+        )
+        if arrival is not None and arrival.run_key is not None:
+            batch = DatasetArrival.run_key == arrival.run_key
+        else:  # the model's pending batch, which this arrival opened, joined or will join
+            batch = (DatasetArrival.model_id == job.model_id) & DatasetArrival.run_key.is_(None)
+        first_seen = session.scalar(select(func.min(DatasetArrival.received_at)).where(batch))
+    return _Batch(arrival, first_seen)
+
+
+def _wait_for_recording(
+    job: Contribution, first_seen: datetime | None, now: datetime, window: int, poll: int
+) -> QueueWait:
+    """Before the sensor recorded the arrival: it does at its next tick at the latest; the
+    arrival then joins the model's pending batch if that is not released by then, else opens a
+    new one."""
+    recorded_by = _aware(job.created_at) + timedelta(seconds=poll)
+    due = run_request_due(recorded_by, window, poll)
+    if first_seen is not None:
+        pending_due = run_request_due(_aware(first_seen), window, poll)
+        due = pending_due if pending_due >= recorded_by else due
+    if now > recorded_by + timedelta(seconds=poll):
+        return QueueWait(
+            due,
+            "the arrival sensor has not recorded this dataset version yet "
+            f"(it reads the queue every {poll} s): is the Dagster daemon running?",
+        )
+    then = f", then for the {window} s debounce window to close" if window else ""
+    return QueueWait(
+        due,
+        f"waiting for the arrival sensor to record the dataset version (every {poll} s)"
+        f"{then}; evaluation due at {_when(due)}",
+    )
+
+
 def queue_wait(
     db: Database, settings: Settings, job: Contribution, now: datetime | None = None
 ) -> QueueWait | None:
@@ -273,38 +299,10 @@ def queue_wait(
     now = now or utcnow()
     window = settings.evaluation_debounce_window_seconds
     poll = settings.arrival_poll_interval_seconds
-    with db.session() as session:
-        object_key = session.scalar(
-            select(DatasetVersion.object_key).where(DatasetVersion.id == job.dataset_version_id)
-        )
-        arrival = session.scalar(
-            select(DatasetArrival).where(DatasetArrival.object_key == object_key)
-        )
-        if arrival is not None and arrival.run_key is not None:
-            batch = DatasetArrival.run_key == arrival.run_key
-        else:  # the model's pending batch, which this arrival opened, joined or will join
-            batch = (DatasetArrival.model_id == job.model_id) & DatasetArrival.run_key.is_(None)
-        first_seen = session.scalar(select(func.min(DatasetArrival.received_at)).where(batch))
+    batch = _job_batch(db, job)
+    arrival, first_seen = batch.arrival, batch.first_seen
     if arrival is None:
-        # The sensor records it at its next tick at the latest; it then joins the model's
-        # pending batch if that is not released by then, else opens a new one.
-        recorded_by = _aware(job.created_at) + timedelta(seconds=poll)
-        due = run_request_due(recorded_by, window, poll)
-        if first_seen is not None:
-            pending_due = run_request_due(_aware(first_seen), window, poll)
-            due = pending_due if pending_due >= recorded_by else due
-        if now > recorded_by + timedelta(seconds=poll):
-            return QueueWait(
-                due,
-                "the arrival sensor has not recorded this dataset version yet "
-                f"(it reads the queue every {poll} s): is the Dagster daemon running?",
-            )
-        then = f", then for the {window} s debounce window to close" if window else ""
-        return QueueWait(
-            due,
-            f"waiting for the arrival sensor to record the dataset version (every {poll} s)"
-            f"{then}; evaluation due at {_when(due)}",
-        )
+        return _wait_for_recording(job, first_seen, now, window, poll)
     due = run_request_due(_aware(first_seen or arrival.received_at), window, poll)
     if arrival.run_key is not None:
         return QueueWait(

@@ -2,7 +2,7 @@
 
 The upload itself is received and profiled by `pipeline.intake.receiving`. An accepted file's rows
 are fingerprinted (`pipeline.checks.integrity`: contributions copying them are refused later), then
-it becomes the model's next dataset version: the fingerprints go to
+it becomes the model's next dataset version (`pipeline.intake.versions`): the fingerprints go to
 `integrity/{model_id}/{version}/` and the object `datasets/{model_id}/{version}/{filename}` is
 written completely, then one transaction writes its DatasetVersion (kind "benchmark") and
 BenchmarkSpec rows, plus the arrival event on the local backend (on S3 the bucket
@@ -16,26 +16,23 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pipeline.checks.integrity import benchmark_fingerprint_key
+import pandas as pd
+
+from pipeline.checks.fingerprints import FingerprintSummary
+from pipeline.checks.integrity import benchmark_fingerprint_key, fingerprint_benchmark_file
+from pipeline.checks.pii import PiiReport, scan_frame
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion
-from pipeline.intake.receiving import (
-    DatasetIntake,
-    DatasetProfile,
-    ReceivedDataset,
-    stored_filename,
-)
-from pipeline.models.registry import allocate_version, get_model
-from pipeline.store.objectstore import ObjectStore, StoredObject, dataset_key
-from pipeline.store.queue import enqueue_local_arrival
-
-if TYPE_CHECKING:
-    from pipeline.checks.fingerprints import FingerprintSummary
-    from pipeline.checks.pii import PiiReport
+from pipeline.evaluation.metrics import validate_metric
+from pipeline.intake.profiles import DatasetProfile
+from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
+from pipeline.intake.versions import VersionDraft, VersionFacts, new_dataset_version
+from pipeline.models.registry import get_model
+from pipeline.store.objectstore import ObjectStore, StoredObject
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +88,6 @@ def split_columns(value: str) -> tuple[str, ...]:
 
 def parse_form(fields: Mapping[str, str], task_type: str | None = None) -> BenchmarkForm:
     """Form values to settings; a blank value means the default. InvalidInput (400) when bad."""
-    from pipeline.evaluation.metrics import validate_metric
-
     unknown = sorted(set(fields) - set(FORM_FIELDS))
     if unknown:
         raise InvalidInput(f"unexpected form field(s): {', '.join(map(repr, unknown))}")
@@ -144,10 +139,6 @@ def check_profile(profile: DatasetProfile, form: BenchmarkForm) -> None:
 
 def scan_for_pii(profile: DatasetProfile, settings: Settings) -> PiiReport:
     """The shared Presidio scanner over the profile's bounded sample of text values."""
-    import pandas as pd
-
-    from pipeline.checks.pii import scan_frame
-
     frame = pd.DataFrame(
         {name: pd.Series(values, dtype=object) for name, values in profile.text_samples.items()}
     )
@@ -205,31 +196,14 @@ def record_benchmark(
     session: Any,
     *,
     target: UploadTarget,
-    number: int,
-    version: str,
-    stored: StoredObject,
+    dataset: DatasetVersion,
     received: ReceivedDataset,
     filename: str,
     form: BenchmarkForm,
     created_by: str | None,
 ) -> BenchmarkSpec:
-    """The DatasetVersion and BenchmarkSpec rows of an accepted upload, in the caller's session."""
+    """The BenchmarkSpec row of an accepted upload's version, in the caller's session."""
     profile = received.profile
-    dataset = DatasetVersion(
-        model_id=target.model_id,
-        version=version,
-        version_number=number,
-        kind="benchmark",
-        object_key=stored.key,
-        uri=stored.uri,
-        file_format=received.file_format,
-        sha256=stored.sha256,
-        size_bytes=stored.size_bytes,
-        row_count=profile.row_count,
-        columns=list(profile.columns),
-    )
-    session.add(dataset)
-    session.flush()
     spec = BenchmarkSpec(
         model_id=target.model_id,
         dataset_version_id=dataset.id,
@@ -249,21 +223,19 @@ def record_benchmark(
     return spec
 
 
-def store_received(store: ObjectStore, key: str, received: ReceivedDataset) -> StoredObject:
+def store_received(draft: VersionDraft, key: str, received: ReceivedDataset) -> StoredObject:
     """Write the received file under `key`, complete before it becomes visible.
 
     The SHA-256 was computed while the bytes arrived, so the store need not hash 500 MB again;
     the local store takes the temp file by an atomic rename (same data dir) instead of a copy.
     """
-    return store.put_file(key, received.path, sha256=received.sha256, move=True)
+    return draft.put_file(key, received.path, sha256=received.sha256, move=True)
 
 
 def fingerprint_received(
     received: ReceivedDataset, form: BenchmarkForm, task_type: str
 ) -> tuple[Path, FingerprintSummary]:
     """Fingerprint the received rows into a file beside the upload (removed with it)."""
-    from pipeline.checks.integrity import fingerprint_benchmark_file
-
     folder = received.path.parent
     out = folder / "benchmark.fingerprints"
     summary = fingerprint_benchmark_file(
@@ -277,6 +249,60 @@ def fingerprint_received(
         tmp_root=folder,
     )
     return out, summary
+
+
+class _Stopwatch:
+    """Seconds spent in each step of one upload after its last byte, for the log line."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: list[str] = []
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.laps.append(f"{step} {now - self._last:.2f}")
+        self._last = now
+
+
+@dataclass(frozen=True)
+class _CheckedUpload:
+    form: BenchmarkForm
+    received: ReceivedDataset
+    fingerprints: Path | None
+    fingerprinted_rows: int
+
+    def version_facts(self) -> VersionFacts:
+        profile = self.received.profile
+        return VersionFacts(
+            "benchmark", self.received.file_format, profile.row_count, list(profile.columns)
+        )
+
+
+def _check_upload(
+    settings: Settings,
+    target: UploadTarget,
+    intake: DatasetIntake,
+    fields: Mapping[str, str],
+    watch: _Stopwatch,
+) -> _CheckedUpload:
+    """Form, content rules, PII, then fingerprints; raises before anything is stored."""
+    form = parse_form(fields, target.task_type)
+    received = intake.finish()
+    watch.lap("checks")
+    check_profile(received.profile, form)
+    if not form.allow_pii:
+        check_pii(received.profile, settings)
+    watch.lap("PII")
+    fingerprints: Path | None = None
+    fingerprinted_rows = 0
+    try:
+        fingerprints, summary = fingerprint_received(received, form, target.task_type)
+        fingerprinted_rows = summary.rows
+    except Exception:
+        # Not a reason to refuse a valid benchmark: the pipeline fingerprints it when missing.
+        log.exception("fingerprinting the benchmark upload failed; the pipeline will retry")
+    watch.lap("fingerprints")
+    return _CheckedUpload(form, received, fingerprints, fingerprinted_rows)
 
 
 def accept_benchmark_upload(
@@ -295,70 +321,39 @@ def accept_benchmark_upload(
     400: bad form values, not CSV/Parquet; 422: a content rule or PII; nothing is stored
     then. A failure after the object is written deletes it, so no object outlives a rollback.
     """
-    started = time.perf_counter()
-    form = parse_form(fields, target.task_type)
-    received = intake.finish()
-    checked = time.perf_counter()
-    check_profile(received.profile, form)
-    if not form.allow_pii:
-        check_pii(received.profile, settings)
-    scanned = time.perf_counter()
-    fingerprints: Path | None = None
-    fingerprinted_rows = 0
-    try:
-        fingerprints, summary = fingerprint_received(received, form, target.task_type)
-        fingerprinted_rows = summary.rows
-    except Exception:
-        # Not a reason to refuse a valid benchmark: the pipeline fingerprints it when missing.
-        log.exception("fingerprinting the benchmark upload failed; the pipeline will retry")
-    fingerprinted = time.perf_counter()
+    watch = _Stopwatch()
+    checked = _check_upload(settings, target, intake, fields, watch)
+    received = checked.received
     name = stored_filename(intake.filename, received.file_format)
-
-    number, version = allocate_version(db, target.model_id)
-    key = dataset_key(target.model_id, version, name)
-    fingerprint_key = benchmark_fingerprint_key(target.model_id, version)
-    try:
+    facts = checked.version_facts()
+    with new_dataset_version(db, store, target.model_id) as draft:
         # Fingerprints first: an arrival announced by the dataset object finds them.
-        if fingerprints is not None:
-            store.put_file(fingerprint_key, fingerprints)
-        stored = store_received(store, key, received)
-        written = time.perf_counter()
-        with db.session() as session:
+        if checked.fingerprints is not None:
+            key = benchmark_fingerprint_key(target.model_id, draft.version)
+            draft.put_file(key, checked.fingerprints)
+        stored = store_received(draft, draft.key(name), received)
+        watch.lap("object write")
+        with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
             spec = record_benchmark(
                 session,
                 target=target,
-                number=number,
-                version=version,
-                stored=stored,
+                dataset=dataset,
                 received=received,
                 filename=name,
-                form=form,
+                form=checked.form,
                 created_by=created_by,
             )
-            if local_queue:
-                enqueue_local_arrival(session, stored)
-    except BaseException:
-        for written_key in (key, fingerprint_key):
-            try:
-                store.delete(written_key)
-            except Exception:  # the original failure matters more; the key is logged
-                log.exception("could not delete %s after a failed upload", written_key)
-        raise
+    watch.lap("commit")
     log.info(
         "benchmark upload stored: model %s %s %s (%d rows, %d bytes, %d fingerprinted); "
-        "seconds after the last byte: checks %.2f, PII %.2f, fingerprints %.2f, "
-        "object write %.2f, commit %.2f",
+        "seconds after the last byte: %s",
         target.model_id,
-        version,
+        draft.version,
         name,
         received.profile.row_count,
         stored.size_bytes,
-        fingerprinted_rows,
-        checked - started,
-        scanned - checked,
-        fingerprinted - scanned,
-        written - fingerprinted,
-        time.perf_counter() - written,
+        checked.fingerprinted_rows,
+        ", ".join(watch.laps),
     )
     return BenchmarkUpload(
         uri=stored.uri,
@@ -366,6 +361,6 @@ def accept_benchmark_upload(
         spec_id=spec.id,
         filename=name,
         size_bytes=stored.size_bytes,
-        version=version,
+        version=draft.version,
         row_count=received.profile.row_count,
     )

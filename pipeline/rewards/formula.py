@@ -1,4 +1,6 @@
-"""Reward tokens: wallet addresses, contributor manifests, the reward formula and its split.
+"""Reward tokens: wallet addresses, the reward formula and its split.
+
+Contributor manifests (who is paid, `manifest.json`) are `pipeline.rewards.manifests`.
 
 One reward token stands for a 1 % improvement of the model's benchmark score (spec §1), scaled
 by three factors in [0, 1] for data quality, volume and uniqueness, so a complete, fully unique
@@ -36,36 +38,23 @@ Tokens are counted in millionths: a split always adds up to the total to the las
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from Crypto.Hash import keccak
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
 
 from pipeline.core.errors import InvalidInput
 from pipeline.core.text import END
-
-if TYPE_CHECKING:
-    from pipeline.store.objectstore import ObjectStore
 
 TOKEN_DECIMALS = 6
 _TOKEN_UNITS = 10**TOKEN_DECIMALS
 
 # Row count at which the volume factor reaches 1.
 FULL_VOLUME_ROWS = 10_000
-
-# Weights are fractions written by people and tools; this absorbs their decimal rounding
-# (three thirds written as 0.333333 each) without accepting shares that are really off.
-WEIGHT_SUM_TOLERANCE = 1e-6
-
-MANIFEST_FILENAME = "manifest.json"
-MANIFEST_MAX_BYTES = 1024 * 1024
 
 _WALLET = re.compile(r"0x[0-9a-fA-F]{40}")
 # The spellings that need no checksum, as a JSON Schema pattern: all lower or all upper case.
@@ -78,59 +67,6 @@ WALLET_SCHEMA: dict[str, Any] = {
     "description": "Ethereum address: 0x + 40 hex digits in one case, or the EIP-55 "
     "checksummed mixed-case spelling",
 }
-
-# Common SPDX license identifiers for datasets and code (https://spdx.org/licenses/).
-# A license not listed is named the way SPDX provides for that, `LicenseRef-<name>`
-# (for example `LicenseRef-Proprietary`); SPDX expressions such as "MIT OR Apache-2.0" are
-# not accepted: one identifier per manifest.
-SPDX_LICENSES: tuple[str, ...] = (
-    "CC0-1.0",
-    "CC-BY-3.0",
-    "CC-BY-4.0",
-    "CC-BY-SA-3.0",
-    "CC-BY-SA-4.0",
-    "CC-BY-NC-4.0",
-    "CC-BY-NC-SA-4.0",
-    "CC-BY-ND-4.0",
-    "CC-BY-NC-ND-4.0",
-    "PDDL-1.0",
-    "ODC-By-1.0",
-    "ODbL-1.0",
-    "CDLA-Permissive-1.0",
-    "CDLA-Permissive-2.0",
-    "CDLA-Sharing-1.0",
-    "OGL-UK-3.0",
-    "MIT",
-    "Apache-2.0",
-    "BSD-2-Clause",
-    "BSD-3-Clause",
-    "MPL-2.0",
-    "GPL-3.0-only",
-    "GPL-3.0-or-later",
-    "LGPL-3.0-only",
-    "Unlicense",
-)
-# SPDX identifiers match case-insensitively; the canonical spelling is what gets stored.
-_LICENSES_BY_KEY = {license.lower(): license for license in SPDX_LICENSES}
-_LICENSE_REF = re.compile(r"LicenseRef-[A-Za-z0-9.\-]+", re.IGNORECASE)
-LICENSE_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "anyOf": [
-        {"enum": list(SPDX_LICENSES)},
-        {"pattern": rf"^LicenseRef-[A-Za-z0-9.\-]+{END}"},
-    ],
-    "description": "SPDX identifier (matched in any letter case) or LicenseRef-<name>",
-}
-
-
-def _schema(by: dict[str, Any]) -> Any:
-    """A `json_schema_extra` that states a field's rule in place of pydantic's plain type."""
-
-    def replace(schema: dict[str, Any]) -> None:
-        schema.clear()
-        schema.update(by)
-
-    return replace
 
 
 # --- wallets -------------------------------------------------------------------------------
@@ -160,195 +96,6 @@ def validate_wallet(address: str) -> str:
     if mixed_case and address != checksummed:
         raise InvalidInput("wallet address has an invalid EIP-55 checksum (mixed-case spelling)")
     return address
-
-
-def _checked_wallet(address: str) -> str:
-    try:
-        return validate_wallet(address)
-    except InvalidInput as exc:
-        raise PydanticCustomError("wallet", exc.detail) from None
-
-
-# --- manifests -----------------------------------------------------------------------------
-
-
-class ContributorShare(BaseModel):
-    """One contributor of a multi-contributor dataset and their share of its rewards."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    id: str = Field(min_length=1, max_length=200)
-    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
-    # Strict: a boolean or a numeric string is a mistake in the file, not a weight.
-    weight: float = Field(gt=0, le=1, strict=True, allow_inf_nan=False)
-
-    @field_validator("wallet_address")
-    @classmethod
-    def _valid_wallet(cls, value: str) -> str:
-        return _checked_wallet(value)
-
-
-def _at_least_one(schema: dict[str, Any]) -> None:
-    """The array branch of `contributors` (`list | None`) needs one entry when present."""
-    for branch in schema.get("anyOf", []):
-        if branch.get("type") == "array":
-            branch["minItems"] = 1
-
-
-class ContributorManifest(BaseModel):
-    """The contributor manifest of spec §2.5."""
-
-    # Client tooling may add its own fields; they are kept in the stored JSON, ignored here.
-    model_config = ConfigDict(extra="ignore")
-
-    contributor_id: str = Field(min_length=1, max_length=200)
-    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
-    data_description: str = Field(min_length=1, max_length=10_000)
-    data_source: str = Field(min_length=1, max_length=2_000)
-    license: str = Field(json_schema_extra=_schema(LICENSE_SCHEMA))
-    # Weights must also sum to 1 and ids be distinct, which JSON Schema cannot state.
-    contributors: list[ContributorShare] | None = Field(
-        default=None,
-        description="several contributors: distinct ids, weights summing to 1",
-        json_schema_extra=_at_least_one,
-    )
-
-    @field_validator("wallet_address")
-    @classmethod
-    def _valid_wallet(cls, value: str) -> str:
-        return _checked_wallet(value)
-
-    @field_validator("license")
-    @classmethod
-    def _known_license(cls, value: str) -> str:
-        canonical = _LICENSES_BY_KEY.get(value.lower())
-        if canonical is not None:
-            return canonical
-        if _LICENSE_REF.fullmatch(value):
-            return "LicenseRef-" + value[len("LicenseRef-") :]
-        raise PydanticCustomError(
-            "license",
-            "unknown license identifier: use an SPDX identifier ({known}) "
-            "or LicenseRef-<name> for another license",
-            {"known": ", ".join(SPDX_LICENSES)},
-        )
-
-    @field_validator("contributors")
-    @classmethod
-    def _shares_add_up(cls, shares: list[ContributorShare] | None) -> list[ContributorShare] | None:
-        # A field validator, not a model one: pydantic then reports these problems together
-        # with those of the other fields instead of only once every field is valid.
-        if shares is None:
-            return shares
-        if not shares:
-            raise PydanticCustomError(
-                "contributors", "contributors must list at least one contributor when present"
-            )
-        problems: list[str] = []
-        ids = [share.id for share in shares]
-        repeated = sorted({i for i in ids if ids.count(i) > 1}, key=ids.index)
-        problems.extend(f"contributor id '{i}' appears more than once" for i in repeated)
-        total = math.fsum(share.weight for share in shares)
-        if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
-            problems.append(f"contributor weights must sum to 1 (they sum to {round(total, 9)})")
-        if problems:
-            raise PydanticCustomError("contributors", ", and ".join(problems))
-        return shares
-
-
-@dataclass(frozen=True)
-class ManifestProblem:
-    """One thing wrong with a manifest: where (`license`, `contributors[1].weight`; "" for the
-    manifest as a whole) and what."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
-
-
-class InvalidManifest(InvalidInput):
-    """A manifest that cannot be used; `detail` names every problem, `problems` lists them."""
-
-    def __init__(self, problems: Sequence[ManifestProblem]) -> None:
-        super().__init__("manifest: " + "; ".join(str(problem) for problem in problems))
-        self.problems = list(problems)
-
-
-def parse_manifest(data: Any) -> ContributorManifest:
-    """Validate a contributor manifest (spec §2.5), the one check every reader uses.
-
-    Every problem is found in one pass and raised together as InvalidManifest, so a person
-    fixing a manifest sees all of them at once rather than one per try.
-    """
-    if not isinstance(data, dict):
-        raise InvalidManifest([ManifestProblem("", "must be a JSON object")])
-    try:
-        return ContributorManifest.model_validate(data)
-    except ValidationError as exc:
-        raise InvalidManifest(
-            [ManifestProblem(_location(error["loc"]), error["msg"]) for error in exc.errors()]
-        ) from None
-
-
-def decode_manifest(raw: bytes) -> dict[str, Any]:
-    """The JSON object in the bytes of a `manifest.json`; InvalidManifest when there is none.
-
-    Only the file's form is checked here; `parse_manifest` checks its content.
-    """
-    if len(raw) > MANIFEST_MAX_BYTES:
-        raise InvalidManifest(
-            [ManifestProblem("", f"the file is larger than {MANIFEST_MAX_BYTES} bytes")]
-        )
-    try:
-        data = json.loads(raw)
-    except ValueError:  # UnicodeDecodeError is a ValueError too
-        raise InvalidManifest([ManifestProblem("", "the file is not valid JSON")]) from None
-    if not isinstance(data, dict):
-        raise InvalidManifest([ManifestProblem("", "the file is not a JSON object")])
-    return data
-
-
-def read_manifest_file(store: ObjectStore, key: str) -> dict[str, Any] | None:
-    """The JSON object of the stored `manifest.json` at `key`; None when there is no such file.
-
-    A file that exists but cannot be read or decoded raises InvalidManifest.
-    """
-    try:
-        if not store.exists(key):
-            return None
-        with store.open(key) as fh:
-            raw = fh.read(MANIFEST_MAX_BYTES + 1)
-    except OSError as exc:
-        raise InvalidManifest(
-            [ManifestProblem("", f"the file could not be read ({type(exc).__name__})")]
-        ) from None
-    return decode_manifest(raw)
-
-
-def _location(loc: Sequence[int | str]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path
-
-
-def recipients(manifest: ContributorManifest) -> list[tuple[str, float]]:
-    """Who is paid for a contribution, with their weights (summing to 1).
-
-    Without a contributors list the manifest's own wallet takes everything. A wallet listed
-    for several contributors is paid once, with their weights added, under its first spelling,
-    because the reward ledger holds one entry per wallet and evaluation.
-    """
-    if not manifest.contributors:
-        return [(manifest.wallet_address, 1.0)]
-    merged: dict[str, tuple[str, float]] = {}
-    for share in manifest.contributors:
-        key = share.wallet_address.lower()
-        wallet, weight = merged.get(key, (share.wallet_address, 0.0))
-        merged[key] = (wallet, weight + share.weight)
-    return list(merged.values())
 
 
 # --- reward formula ------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
-from pipeline.rewards.formula import parse_manifest, to_checksum_address, validate_wallet
+from pipeline.rewards.formula import to_checksum_address, validate_wallet
+from pipeline.rewards.manifests import parse_manifest
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -42,25 +42,17 @@ from pipeline.core.tables import (
 from pipeline.evaluation.batch_scoring import EvaluationOutcome
 from pipeline.evaluation.batches import EVALUATING, REWARDED
 from pipeline.rewards.formula import TOKEN_DECIMALS
-from pipeline.store.objectstore import ObjectStore, dataset_key
+from pipeline.rewards.manifests import (
+    MANIFEST_FILENAME,
+    InvalidManifest,
+    parse_manifest,
+    read_version_manifest,
+    recipients,
+)
 
 log = logging.getLogger(__name__)
 
 _TOKEN_UNITS = 10**TOKEN_DECIMALS
-
-MANIFEST_FILENAME = "manifest.json"
-# Key of the marker `_read_manifest_object` returns for a manifest.json that cannot be used.
-INVALID_MARK = "_invalid"
-
-
-def _read_manifest_object(store: ObjectStore, key: str) -> dict[str, Any] | None:
-    """A `manifest.json` object: its JSON object, or a marker saying why it is unusable."""
-    from pipeline.rewards.formula import InvalidManifest, read_manifest_file
-
-    try:
-        return read_manifest_file(store, key)
-    except InvalidManifest as exc:
-        return {INVALID_MARK: "; ".join(str(problem) for problem in exc.problems)}
 
 
 @dataclass(frozen=True)
@@ -292,7 +284,7 @@ def _apply_daily_cap(session: Any, cap_tokens: float, members: list[_Member]) ->
 
 
 def _write_payment(session: Any, member: _Member) -> None:
-    from pipeline.rewards.formula import recipients, split_reward
+    from pipeline.rewards.formula import split_reward
 
     job = member.job
     tokens = member.units / _TOKEN_UNITS
@@ -410,15 +402,15 @@ def resolve_manifest(svc: Services, job: Contribution, dv: DatasetVersion) -> tu
     the problem says why): paying the submitter's default wallet instead could pay the wrong
     party of a multi-contributor dataset.
     """
-    from pipeline.rewards.formula import parse_manifest
-
     data: dict[str, Any] | None = dv.manifest
     source = "dataset version"
     if data is None:
-        data = _read_manifest_object(
-            svc.store, dataset_key(dv.model_id, dv.version, MANIFEST_FILENAME)
-        )
         source = MANIFEST_FILENAME
+        try:
+            data = read_version_manifest(svc.store, dv.model_id, dv.version)
+        except InvalidManifest as exc:
+            problems = "; ".join(str(problem) for problem in exc.problems)
+            return None, source, f"the {source} manifest is invalid: {problems}"
     if data is None:
         with svc.db.session() as session:
             profile = session.get(ContributorProfile, job.submitter_id)
@@ -433,8 +425,6 @@ def resolve_manifest(svc: Services, job: Contribution, dv: DatasetVersion) -> tu
                 "has none stored (PUT /api/contributors/me)"
             ),
         )
-    if INVALID_MARK in data:
-        return None, source, f"the {source} manifest is invalid: {data[INVALID_MARK]}"
     try:
         return parse_manifest(data), source, ""
     except InvalidInput as exc:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from croniter import CroniterBadDateError, croniter
 from sqlalchemy import func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -78,8 +79,6 @@ _CRON = re.compile(CRON_PATTERN)
 
 def validate_cron(expression: str) -> str:
     """The normalised expression (single spaces); Unprocessable when it is not standard cron."""
-    from croniter import croniter
-
     if len(expression) > CRON_MAX_LENGTH:
         raise Unprocessable(f"cron_expression is longer than {CRON_MAX_LENGTH} characters")
     text = " ".join(expression.split())
@@ -103,8 +102,6 @@ def validate_cron(expression: str) -> str:
 
 def next_fire_time(expression: str, after: datetime) -> datetime:
     """The first time strictly after `after` at which `expression` fires (UTC)."""
-    from croniter import CroniterBadDateError, croniter
-
     start = after.astimezone(UTC)
     try:
         fire: datetime = croniter(expression, start).get_next(datetime)

@@ -472,7 +472,7 @@ def test_no_endpoint_serves_a_benchmarks_rows(
     from pipeline.demo.churn_data import churn_benchmark_rows
     from pipeline.store.objectstore import object_store_from_settings
     from pipeline.store.queue import arrival_queue_from_settings
-    from pipeline.triggers.arrivals import drain_queue
+    from pipeline.triggers.drain import drain_queue
     from tests.support.pipeline import WALLET_A, contribute, manifest, run_pipeline, services
 
     rows = churn_benchmark_rows(300, seed=21)

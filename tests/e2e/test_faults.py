@@ -50,7 +50,7 @@ from pipeline.store.objectstore import (
     object_store_from_settings,
 )
 from pipeline.store.queue import SqsArrivalQueue
-from pipeline.triggers.arrivals import DrainReport, handle_message
+from pipeline.triggers.drain import DrainReport, handle_message
 from tests.conftest import TEST_ADMIN_TOKEN
 from tests.support.processes import ADMIN_TOKEN, Started, log_of, start_serve, started_processes
 

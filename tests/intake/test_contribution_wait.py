@@ -21,7 +21,9 @@ from pipeline.demo.churn_data import churn_rows
 from pipeline.intake.contributions import queue_wait
 from pipeline.store.objectstore import LocalObjectStore
 from pipeline.store.queue import LocalArrivalQueue
-from pipeline.triggers.arrivals import drain_queue, mark_run_key, run_request_due
+from pipeline.triggers.arrival_rows import mark_run_key
+from pipeline.triggers.debounce import run_request_due
+from pipeline.triggers.drain import drain_queue
 
 Headers = Callable[..., dict[str, str]]
 WINDOW, POLL = 10, 5

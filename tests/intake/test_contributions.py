@@ -268,14 +268,14 @@ def test_body_over_the_limit_is_413(make_settings, auth_headers) -> None:
 def test_failed_commit_leaves_no_object(app, auth_headers, db, settings, monkeypatch) -> None:
     from fastapi.testclient import TestClient
 
-    import pipeline.intake.contributions as contributions
+    import pipeline.intake.versions as versions
 
     client = TestClient(app, raise_server_exceptions=False)
 
     def broken(session, stored) -> None:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(contributions, "enqueue_local_arrival", broken)
+    monkeypatch.setattr(versions, "enqueue_local_arrival", broken)
     response = client.post(URL, json=body(2), headers=auth_headers())
     assert response.status_code == 500
     assert response.json() == {"detail": "internal server error"}

@@ -28,7 +28,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unprocessable
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion
-from pipeline.intake.receiving import profile_parquet, upload_tmp_root
+from pipeline.intake.profiles import profile_parquet
+from pipeline.intake.receiving import upload_tmp_root
 from pipeline.store.bounded_read import (
     DatasetBoundsError,
     ReadBudget,
@@ -265,7 +266,7 @@ CHILD = textwrap.dedent(
     import pyarrow.parquet as pq
 
     from pipeline.core.errors import DomainError
-    from pipeline.intake.receiving import profile_parquet
+    from pipeline.intake.profiles import profile_parquet
     from pipeline.checks.quality import UnreadableDataset, read_dataset
 
     path = Path(sys.argv[1])

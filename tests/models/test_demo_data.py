@@ -28,7 +28,7 @@ from pipeline.evaluation.batches import REWARDED
 from pipeline.evaluation.metrics import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition
-from pipeline.rewards.formula import parse_manifest
+from pipeline.rewards.manifests import parse_manifest
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.live_server import serve
 from tests.support.pipeline import add_benchmark, contribute, job, run_pipeline

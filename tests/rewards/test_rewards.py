@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -10,21 +11,24 @@ import pytest
 
 from pipeline.core.errors import InvalidInput
 from pipeline.rewards.formula import (
-    MANIFEST_MAX_BYTES,
-    ContributorManifest,
-    InvalidManifest,
-    ManifestProblem,
     QualityFactors,
     RewardBreakdown,
     compute_reward,
-    decode_manifest,
-    parse_manifest,
-    read_manifest_file,
-    recipients,
     split_reward,
     to_checksum_address,
     validate_wallet,
     volume_factor,
+)
+from pipeline.rewards.manifests import (
+    MANIFEST_MAX_BYTES,
+    ContributorManifest,
+    InvalidManifest,
+    ManifestProblem,
+    decode_manifest,
+    load_manifest_file,
+    parse_manifest,
+    read_manifest_file,
+    recipients,
 )
 from pipeline.store.objectstore import LocalObjectStore
 
@@ -251,6 +255,32 @@ def test_stored_manifest_file_is_read_with_the_same_reader(tmp_path: Path) -> No
     store.put_bytes("datasets/1/v2/manifest.json", b"[]")
     with pytest.raises(InvalidManifest, match="not a JSON object"):
         read_manifest_file(store, "datasets/1/v2/manifest.json")
+
+
+def test_a_manifest_too_large_for_its_file_is_refused_wherever_it_comes_from() -> None:
+    # A request body or a stored profile is held to the size its manifest.json may have.
+    big = _manifest(tool_notes="x" * MANIFEST_MAX_BYTES, license="nope")
+    with pytest.raises(InvalidManifest) as caught:
+        parse_manifest(big)
+    assert caught.value.problems == [
+        ManifestProblem("", f"the manifest is larger than {MANIFEST_MAX_BYTES} bytes"),
+        ManifestProblem("license", caught.value.problems[1].message),
+    ]
+    assert parse_manifest(_manifest(tool_notes="x" * 1000)).contributor_id == "supplier-17"
+
+
+def test_local_manifest_file_is_checked_in_form_and_content(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_manifest()), encoding="utf-8")
+    assert load_manifest_file(path) == _manifest()
+    path.write_bytes(b" " * (MANIFEST_MAX_BYTES + 5))
+    with pytest.raises(InvalidManifest, match="larger than"):
+        load_manifest_file(path)
+    path.write_text(json.dumps(_manifest(license="nope")), encoding="utf-8")
+    with pytest.raises(InvalidManifest, match="license"):
+        load_manifest_file(path)
+    with pytest.raises(FileNotFoundError):
+        load_manifest_file(tmp_path / "absent.json")
 
 
 # --- reward formula ------------------------------------------------------------------------

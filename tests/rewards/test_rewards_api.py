@@ -15,6 +15,7 @@ from pipeline.core.db import Database
 from pipeline.core.tables import DatasetVersion, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.rewards.formula import to_checksum_address
+from pipeline.rewards.manifests import MANIFEST_MAX_BYTES
 from pipeline.store.objectstore import LocalObjectStore, dataset_key
 from tests.support.pipeline import (
     WALLET_A,
@@ -251,6 +252,24 @@ def test_contribution_with_an_invalid_manifest_is_400_with_the_row_error_body(
         ("manifest.data_description", "Field required"),
         ("manifest.data_source", "Field required"),
         ("manifest.license", "Field required"),
+    ]
+    with db.session() as session:
+        assert session.scalar(select(DatasetVersion.id)) is None  # nothing stored
+
+
+def test_contribution_with_a_manifest_too_large_for_its_file_is_400(
+    client: Any, auth_headers: Headers, db: Database
+) -> None:
+    big = {**manifest(WALLET_B), "notes": "x" * MANIFEST_MAX_BYTES}
+    body = contribution_body(churn_rows(3, seed=1), manifest=big)
+    response = client.post("/api/models/1/contributions", headers=auth_headers(), json=body)
+    assert response.status_code == 400
+    assert response.json()["errors"] == [
+        {
+            "path": "manifest",
+            "message": f"the manifest is larger than {MANIFEST_MAX_BYTES} bytes",
+            "rowIndex": -1,
+        }
     ]
     with db.session() as session:
         assert session.scalar(select(DatasetVersion.id)) is None  # nothing stored

@@ -34,7 +34,7 @@ from pipeline.store.queue import (
     enqueue_local_arrival,
     s3_event_body,
 )
-from pipeline.triggers.arrivals import batch_run_key
+from pipeline.triggers.debounce import batch_run_key
 from pipeline.triggers.schedules import create_schedule, get_schedule
 from sensors.arrivals import make_arrival_sensor
 from sensors.resources import SENSOR_STORE, SensorStore

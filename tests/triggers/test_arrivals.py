@@ -17,17 +17,11 @@ from pipeline.core.tables import DatasetArrival, DatasetVersion
 from pipeline.models.registry import allocate_version
 from pipeline.store.objectstore import LocalObjectStore, StoredObject, dataset_key
 from pipeline.store.queue import LocalArrivalQueue, ObjectArrival, enqueue_local_arrival
-from pipeline.triggers.arrivals import (
-    DebounceCursor,
-    Outcome,
-    batch_run_key,
-    drain_queue,
-    list_arrivals,
-    mark_run_key,
-    parse_dataset_key,
-    pending_arrivals,
-    record_arrival,
-)
+from pipeline.triggers.arrival_keys import parse_dataset_key
+from pipeline.triggers.arrival_rows import list_arrivals, mark_run_key, pending_arrivals
+from pipeline.triggers.arrivals import Outcome, record_arrival
+from pipeline.triggers.debounce import DebounceCursor, batch_run_key
+from pipeline.triggers.drain import drain_queue
 from tests.support.scheduling import T0, add_version, demo_model_id
 
 # --- keys -------------------------------------------------------------------------------------

@@ -1,0 +1,317 @@
+"""Profiling a dataset file: its format from its first bytes, then what the upload rules need.
+
+The format is decided by content: Parquet starts and ends with the magic `PAR1`; anything else
+must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is read block by block (from a
+stream, which may still be growing: `pipeline.intake.receiving`); a Parquet file row group by row
+group once complete, its footer's claims checked rather than trusted
+(`pipeline.store.bounded_read`). Only what the rules need is kept in memory: the row count, which
+columns hold a value, and a bounded sample of distinct text values for the PII scan.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from pipeline.core.errors import InvalidInput, Unprocessable
+from pipeline.intake.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
+from pipeline.store.bounded_read import (
+    CSV_BLOCK_BYTES,
+    DatasetBoundsError,
+    ReadBudget,
+    check_parquet_footer,
+    iter_parquet_batches,
+)
+
+# The format is decided on the first bytes: at least this many (or the whole file) ...
+HEAD_BYTES = 64 * 1024
+# ... and for CSV up to a complete header line, which may not be longer than this.
+MAX_HEAD_BYTES = 1024 * 1024
+PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
+
+# The PII sample: MAX_SAMPLE_SIZE distinct values in all, shared equally by the text
+# columns, each cut to this many characters (the scanner's own cut), and at most this many
+# characters overall so that a file of long texts cannot fill the server's memory.
+SAMPLE_VALUE_CHARS = 4096
+SAMPLE_CHAR_BUDGET = 32 * 1024 * 1024
+
+_CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
+# Text files hold no control characters other than tab, newlines and form feed.
+_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
+
+# Format sniffing.
+
+
+def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
+    """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
+    if head.startswith(PARQUET_MAGIC):
+        return PARQUET
+    if not head.strip():
+        raise InvalidInput("the file is empty; expected CSV or Parquet")
+    text = head[3:] if head.startswith(codecs.BOM_UTF8) else head
+    if _CONTROL_BYTES.search(text, 0, HEAD_BYTES):
+        raise InvalidInput("the file is neither CSV nor Parquet (binary content)")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoded = decoder.decode(text, final=at_eof)
+    except UnicodeDecodeError:
+        raise InvalidInput("the file is neither Parquet nor UTF-8 CSV text") from None
+    if decoded.lstrip()[:1] in ("{", "["):
+        raise InvalidInput("the file looks like JSON; expected CSV or Parquet")
+    return CSV
+
+
+# Profiles: what the rules need to know about a file.
+
+
+@dataclass
+class DatasetProfile:
+    file_format: FileFormat
+    row_count: int
+    columns: list[str]
+    filled: set[str]  # columns holding at least one non-empty value
+    text_samples: dict[str, list[str]]  # distinct text values, bounded (the PII sample)
+
+    def sample_values(self) -> int:
+        return sum(len(values) for values in self.text_samples.values())
+
+
+class _ProfileBuilder:
+    """Accumulates a profile batch by batch."""
+
+    def __init__(self, columns: list[str], text_columns: Iterable[str], sample_size: int):
+        duplicates = sorted({name for name in columns if columns.count(name) > 1})
+        if duplicates:
+            raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
+        self.columns = columns
+        self.rows = 0
+        self.filled: set[str] = set()
+        text = [name for name in columns if name in set(text_columns)]
+        self.per_column = max(1, math.ceil(sample_size / len(text))) if text else 0
+        self.samples: dict[str, dict[str, None]] = {name: {} for name in text}
+        self.sample_chars = 0
+
+    def add(self, batch: pa.RecordBatch, *, count_rows: bool = True) -> None:
+        if count_rows:
+            self.rows += batch.num_rows
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            if name not in self.filled and _has_value(column):
+                self.filled.add(name)
+            sample = self.samples.get(name)
+            if sample is not None and len(sample) < self.per_column:
+                self._sample(sample, column)
+
+    def _sample(self, sample: dict[str, None], column: pa.Array) -> None:
+        if self.sample_chars >= SAMPLE_CHAR_BUDGET:
+            return
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        if not _is_text_type(column.type):
+            return
+        distinct = pc.unique(column.drop_null()).slice(0, self.per_column)
+        for value in distinct.to_pylist():
+            text = value.strip()[:SAMPLE_VALUE_CHARS]
+            if text and text not in sample:
+                sample[text] = None
+                self.sample_chars += len(text)
+                if len(sample) >= self.per_column or self.sample_chars >= SAMPLE_CHAR_BUDGET:
+                    return
+
+    def done_learning(self) -> bool:
+        """Nothing more to learn: every column filled and every sample full."""
+        return len(self.filled) == len(self.columns) and (
+            self.sample_chars >= SAMPLE_CHAR_BUDGET
+            or all(len(s) >= self.per_column for s in self.samples.values())
+        )
+
+    def profile(self, file_format: FileFormat, rows: int | None = None) -> DatasetProfile:
+        return DatasetProfile(
+            file_format=file_format,
+            row_count=self.rows if rows is None else rows,
+            columns=list(self.columns),
+            filled=set(self.filled),
+            text_samples={name: list(values) for name, values in self.samples.items()},
+        )
+
+
+def _is_text_type(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    )
+
+
+def _is_text_column(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return _is_text_type(kind)
+
+
+def _has_value(column: pa.Array) -> bool:
+    """A value that is not null, not NaN, and (for text) not blank."""
+    if column.null_count == len(column):
+        return False
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if _is_text_type(kind):
+        return pc.any(pc.not_equal(pc.utf8_trim_whitespace(column), "")).as_py() is True
+    if pa.types.is_floating(kind):
+        return pc.any(pc.invert(pc.is_nan(column))).as_py() is True
+    return True
+
+
+# CSV.
+
+
+@dataclass(frozen=True)
+class CsvHead:
+    """The header's column names, and which columns look like text in the first rows."""
+
+    columns: list[str]
+    text_columns: set[str]
+
+
+def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
+    """Column names and inferred text columns from the first bytes (complete lines only)."""
+    data = head if at_eof else head[: head.rfind(b"\n") + 1]
+    if not data.strip():
+        raise InvalidInput(f"the CSV header line is longer than {MAX_HEAD_BYTES} bytes")
+    options = pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1)
+    convert = pacsv.ConvertOptions(strings_can_be_null=True)
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=options,
+            parse_options=_CSV_PARSE,
+            convert_options=convert,
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as first_error:
+        # A cut inside a quoted multi-line value can spoil the sample: fall back to the header.
+        header = data[: data.find(b"\n") + 1] or data
+        try:
+            table = pacsv.read_csv(
+                io.BytesIO(header),
+                read_options=pacsv.ReadOptions(use_threads=False),
+                parse_options=_CSV_PARSE,
+                convert_options=convert,
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise InvalidInput(csv_error_reason(first_error)) from None
+    text = {
+        f.name
+        for f in table.schema
+        if _is_text_type(f.type) or pa.types.is_binary(f.type) or pa.types.is_null(f.type)
+    }
+    columns = list(table.column_names)
+    duplicates = sorted({name for name in columns if columns.count(name) > 1})
+    if duplicates:
+        raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
+    return CsvHead(columns=columns, text_columns=text)
+
+
+def csv_error_reason(exc: Exception) -> str:
+    """pyarrow's CSV error as a reason that never quotes the file's content."""
+    message = str(exc)
+    ragged = re.search(r"Expected (\d+) columns, got (\d+)", message)
+    if ragged:
+        return (
+            f"not a valid CSV file: a row has {ragged.group(2)} fields "
+            f"where the header has {ragged.group(1)}"
+        )
+    if "invalid UTF8" in message:
+        return "not a valid CSV file: it is not UTF-8 text"
+    if "straddl" in message:
+        return f"not a valid CSV file: a row is longer than {CSV_BLOCK_BYTES} bytes"
+    if "Empty CSV" in message:
+        return "the file is empty; expected CSV or Parquet"
+    return "not a valid CSV file"
+
+
+def profile_csv(stream: Any, head: CsvHead, sample_size: int) -> DatasetProfile:
+    """Read a CSV stream block by block (every column as text) into a profile."""
+    builder = _ProfileBuilder(head.columns, head.text_columns, sample_size)
+    convert = pacsv.ConvertOptions(
+        column_types={name: pa.string() for name in head.columns}, strings_can_be_null=True
+    )
+    options = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False)
+    try:
+        reader = pacsv.open_csv(
+            stream, read_options=options, parse_options=_CSV_PARSE, convert_options=convert
+        )
+        if reader.schema.names != head.columns:
+            raise InvalidInput("not a valid CSV file: the header could not be read")
+        for batch in reader:
+            builder.add(batch)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidInput(csv_error_reason(exc)) from None
+    return builder.profile(CSV)
+
+
+# Parquet.
+
+
+def profile_parquet(path: Path, sample_size: int) -> DatasetProfile:
+    """Profile a complete Parquet file without trusting its footer (`pipeline.store.bounded_read`).
+
+    The footer's claims are checked against the file first; then every row group is read in
+    bounded batches, so the row count is what the row groups really hold and emptiness is
+    seen in the data, not in footer statistics. A file whose footer claims more rows or bytes
+    than it holds, or that decodes beyond its budget, is Unprocessable (422); one pyarrow
+    cannot parse is InvalidInput (400).
+    """
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        fh.seek(max(0, size - len(PARQUET_MAGIC)))
+        tail = fh.read()
+    if size < 12 or tail != PARQUET_MAGIC:
+        raise InvalidInput("not a valid Parquet file: it does not end with the Parquet magic")
+    try:
+        parquet = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
+        schema = parquet.schema_arrow
+        metadata = parquet.metadata
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
+    columns = list(schema.names)
+    text_columns = [f.name for f in schema if _is_text_column(f.type)]
+    builder = _ProfileBuilder(columns, text_columns, sample_size)
+    budget = ReadBudget.for_file(size)
+    rows = 0
+    try:
+        check_parquet_footer(metadata, size, budget)
+        for batch in iter_parquet_batches(parquet, size, budget):
+            rows += batch.num_rows
+            if not builder.done_learning():
+                builder.add(batch, count_rows=False)
+    except DatasetBoundsError as exc:
+        raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
+    return builder.profile(PARQUET, rows=rows)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or ["unreadable"])[0][:200]
+
+
+def profile_path(path: Path, sample_size: int) -> DatasetProfile:
+    """Sniff and profile a complete file (the same checks as an upload, without streaming)."""
+    with path.open("rb") as fh:
+        head = fh.read(MAX_HEAD_BYTES)
+        at_eof = not fh.read(1)
+    file_format = sniff_format(head, at_eof=at_eof)
+    if file_format == PARQUET:
+        return profile_parquet(path, sample_size)
+    csv_head = read_csv_head(head, at_eof=at_eof)
+    with path.open("rb") as fh:
+        return profile_csv(fh, csv_head, sample_size)
