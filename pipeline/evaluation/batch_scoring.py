@@ -65,7 +65,7 @@ from pipeline.rewards.valuation import BatchValuation, Player
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pipeline.evaluation.metrics import BenchmarkScorer
+    from pipeline.evaluation.scorer import BenchmarkScorer
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def _value_contributions(
     svc: Services, frames: _Frames, batch: Batch, items: Sequence[VersionItem]
 ) -> list[EvaluationOutcome]:
     """Claim the batch's checked contributions and value them together (module docstring)."""
-    from pipeline.evaluation.metrics import BenchmarkScorer
+    from pipeline.evaluation.scorer import BenchmarkScorer
 
     spec = latest_benchmark(svc.db, batch.model_id)
     if spec is None:
@@ -575,7 +575,7 @@ def rescore_model(
     `baseline_score` is the trivial baseline (majority class or mean) and `improvement_pct`
     the model's gain over it. Returns None when the model has no benchmark.
     """
-    from pipeline.evaluation.metrics import evaluate_contribution
+    from pipeline.evaluation.comparison import evaluate_contribution
 
     frames = frames or _Frames(svc)
     spec = spec or latest_benchmark(svc.db, model_id)

@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.evaluation.metrics import (
-    BenchmarkScorer,
     Predictions,
     improvement_denominator,
     metric_samples,
     metric_score,
 )
+from pipeline.evaluation.scorer import BenchmarkScorer
 
 if TYPE_CHECKING:
     import numpy as np

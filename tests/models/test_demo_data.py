@@ -24,7 +24,7 @@ from pipeline.demo.demo_data import (
     make_demo_data,
 )
 from pipeline.evaluation.batches import REWARDED, Services
-from pipeline.evaluation.metrics import evaluate_contribution
+from pipeline.evaluation.comparison import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.formula import parse_manifest
