@@ -20,7 +20,8 @@ from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
 from pipeline.evaluation.batch_scoring import EvaluationOutcome, evaluate_batch
-from pipeline.evaluation.batches import EVALUATING, FAILED, REJECTED, REWARDED, StepResult
+from pipeline.evaluation.batches import StepResult
+from pipeline.evaluation.jobs import EVALUATING, FAILED, REJECTED, REWARDED
 from pipeline.intake.catalog import version_facts
 from pipeline.rewards.payouts import RewardOutcome, pay_batch
 

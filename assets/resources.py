@@ -16,7 +16,8 @@ from pydantic import PrivateAttr
 
 from assets.settings_resource import SettingsResource
 from pipeline.core.config import Settings
-from pipeline.evaluation.batches import LeaseKeeper, Services
+from pipeline.evaluation.batches import Services
+from pipeline.evaluation.leases import LeaseKeeper
 
 MARKETPLACE = "marketplace"
 

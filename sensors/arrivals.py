@@ -34,7 +34,7 @@ from assets.partitions import (
 )
 from pipeline.core.db import Database
 from pipeline.core.tables import utcnow
-from pipeline.evaluation.batches import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
+from pipeline.evaluation.leases import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
 from pipeline.triggers.arrivals import (
     DebounceCursor,
     batch_run_key,

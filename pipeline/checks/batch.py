@@ -24,17 +24,8 @@ from sqlalchemy import update
 
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Model
-from pipeline.evaluation.batches import (
-    REJECTED,
-    VALIDATING,
-    Batch,
-    Services,
-    VersionItem,
-    fail_job,
-    job_status,
-    load_frame,
-    transition,
-)
+from pipeline.evaluation.batches import Batch, Services, VersionItem, load_frame
+from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -43,22 +43,18 @@ from pipeline.core.tables import (
     new_uuid,
     utcnow,
 )
-from pipeline.evaluation.batches import (
+from pipeline.evaluation.batches import Batch, Services, VersionItem, load_frame, version_item
+from pipeline.evaluation.jobs import (
     EVALUATING,
     FAILED,
     QUEUED,
     REJECTED,
     REWARDED,
     VALIDATING,
-    Batch,
-    Services,
-    VersionItem,
     fail_job,
     job_status,
-    load_frame,
     normalize_trigger,
     transition,
-    version_item,
 )
 from pipeline.rewards.valuation import BatchValuation, Player
 

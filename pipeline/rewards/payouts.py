@@ -39,7 +39,8 @@ from pipeline.core.tables import (
     utcnow,
 )
 from pipeline.evaluation.batch_scoring import EvaluationOutcome
-from pipeline.evaluation.batches import EVALUATING, REWARDED, Services
+from pipeline.evaluation.batches import Services
+from pipeline.evaluation.jobs import EVALUATING, REWARDED
 from pipeline.rewards.formula import TOKEN_DECIMALS
 from pipeline.store.objectstore import ObjectStore, dataset_key
 

@@ -36,7 +36,8 @@ from pipeline.core.db import Database
 from pipeline.core.tables import RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.batch_scoring import accepted_items
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, Services
+from pipeline.evaluation.batches import Services
+from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (
     BENCHMARK_ROWS,
@@ -570,7 +571,7 @@ def test_accepted_fingerprints_are_cached_once_per_version_and_agree_across_thre
 def test_integrity_checks_skip_versions_no_longer_validating(
     svc: Services, db: Database, store: LocalObjectStore
 ) -> None:
-    from pipeline.evaluation.batches import claim_batch
+    from pipeline.evaluation.claims import claim_batch
 
     add_benchmark(db, store)
     _, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())

@@ -27,19 +27,10 @@ from sqlalchemy import update
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, utcnow
-from pipeline.evaluation.batches import (
-    EVALUATING,
-    FAILED,
-    QUEUED,
-    VALIDATING,
-    LeaseKeeper,
-    Services,
-    claim_batch,
-    expire_leases,
-    renew_leases,
-    requeued_jobs,
-    transition,
-)
+from pipeline.evaluation.batches import Services
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.jobs import EVALUATING, FAILED, QUEUED, VALIDATING, transition
+from pipeline.evaluation.leases import LeaseKeeper, expire_leases, renew_leases, requeued_jobs
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job
 
@@ -258,7 +249,9 @@ CLAIMER = textwrap.dedent(
     import sys, time
 
     sys.path.insert(0, sys.argv[1])
-    from pipeline.evaluation.batches import LeaseKeeper, Services, claim_batch
+    from pipeline.evaluation.batches import Services
+    from pipeline.evaluation.claims import claim_batch
+    from pipeline.evaluation.leases import LeaseKeeper
     from pipeline.core.config import load_settings
 
     settings = load_settings()

@@ -223,7 +223,9 @@ def test_a_hostile_external_file_fails_the_readability_check(
     settings: Settings, db: Database
 ) -> None:
     from pipeline.checks.batch import describe_batch, readability_outcomes
-    from pipeline.evaluation.batches import REJECTED, Services, claim_batch
+    from pipeline.evaluation.batches import Services
+    from pipeline.evaluation.claims import claim_batch
+    from pipeline.evaluation.jobs import REJECTED
     from pipeline.store.objectstore import LocalObjectStore
     from tests.support.pipeline import add_external
 

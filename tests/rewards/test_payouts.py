@@ -21,7 +21,9 @@ from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.batch_scoring import evaluate_batch
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, Services, claim_batch
+from pipeline.evaluation.batches import Services
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch
