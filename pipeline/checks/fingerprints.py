@@ -66,6 +66,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.evaluation.datasets import SPLIT_COLUMN
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -326,7 +328,6 @@ def fingerprint_columns(
     columns: Sequence[str], target: str, input_columns: Sequence[str] = ()
 ) -> tuple[str, ...]:
     """The declared input columns (else every column but the target and `split`), target last."""
-    from pipeline.evaluation.batch_scoring import SPLIT_COLUMN
 
     inputs = [c for c in input_columns if c != target] or [
         c for c in columns if c not in (target, SPLIT_COLUMN)

@@ -63,6 +63,7 @@ from pipeline.checks.fingerprints import (
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import Services, VersionItem, load_frame, version_item
+from pipeline.evaluation.datasets import accepted_items
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -318,7 +319,6 @@ def record_accepted_fingerprints(svc: Services, item: VersionItem) -> None:
 def accepted_keys(
     svc: Services, model_id: int, scheme: Scheme, *, exclude_job: str | None = None
 ) -> AcceptedKeys:
-    from pipeline.evaluation.batch_scoring import accepted_items
 
     tables = [
         accepted_row_keys(svc, item, scheme)
@@ -589,8 +589,6 @@ class ModelIntegrity:
     def _reference(self, scheme: Scheme, job_id: str | None) -> tuple[pd.DataFrame | None, str]:
         """Accepted rows when there are enough, else a sample of the newest benchmark."""
         import pandas as pd
-
-        from pipeline.evaluation.batch_scoring import accepted_items
 
         if not self._accepted_read:
             frames = [

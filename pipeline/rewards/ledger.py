@@ -25,6 +25,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
+from pipeline.evaluation.datasets import accepted_contribution
 from pipeline.rewards.formula import parse_manifest, to_checksum_address, validate_wallet
 
 DEFAULT_LIMIT = 100
@@ -157,11 +158,10 @@ def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
 def accepted_data(db: Database, model_id: int) -> dict[str, Any]:
     """Audit of a model's training data: every accepted dataset version, by whom, on what.
 
-    Accepted versions are those `pipeline.evaluation.batch_scoring.accepted_items` trains on
+    Accepted versions are those `pipeline.evaluation.datasets.accepted_items` trains on
     (rewarded, or accepted with rewards pending), oldest first, each with its submitter, rows, the
     evaluation that accepted it (share, pool, interval) and the tokens paid.
     """
-    from pipeline.evaluation.batch_scoring import accepted_contribution
 
     with db.session() as session:
         if session.get(Model, model_id) is None:

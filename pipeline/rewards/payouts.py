@@ -1,6 +1,6 @@
 """Payouts of accepted contributions: the manifest that says who is paid, caps, ledger writes.
 
-The contributions one valuation accepted (`pipeline.evaluation.batch_scoring`; left `evaluating`
+The contributions one valuation accepted (`pipeline.evaluation.batch_valuation`; left `evaluating`
 with a positive share) are paid together: the reward formula of `pipeline.rewards.formula` turns
 each share into tokens, each total is capped at `REWARD_MAX_TOKENS_PER_CONTRIBUTION`, and when the
 batch would take the model past `REWARD_MAX_TOKENS_PER_MODEL_PER_DAY` (UTC day, counted on the
@@ -38,9 +38,9 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.batch_scoring import EvaluationOutcome
 from pipeline.evaluation.batches import Services
 from pipeline.evaluation.jobs import EVALUATING, REWARDED
+from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import TOKEN_DECIMALS
 from pipeline.store.objectstore import ObjectStore, dataset_key
 

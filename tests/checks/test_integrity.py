@@ -35,8 +35,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import accepted_items
 from pipeline.evaluation.batches import Services
+from pipeline.evaluation.datasets import accepted_items
 from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (

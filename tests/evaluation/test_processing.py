@@ -20,10 +20,11 @@ from pipeline.core.db import Database
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import Contribution, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import benchmark_eval_rows, rescore_model
 from pipeline.evaluation.batches import Services
 from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.datasets import benchmark_eval_rows
 from pipeline.evaluation.jobs import EVALUATING, QUEUED, REJECTED, REWARDED, VALIDATING
+from pipeline.evaluation.rescore import rescore_model
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.payouts import pay_evaluation
