@@ -42,31 +42,34 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 from sqlalchemy import select
 
-from pipeline.checks.fingerprints import (
+from pipeline.checks.dataset_batches import RetypeColumns, file_batches
+from pipeline.checks.fingerprint_files import (
     FingerprintFormatError,
     Fingerprints,
     FingerprintSummary,
-    RowKeys,
-    Scheme,
-    fingerprint_columns,
     fingerprint_file,
-    frame_keys,
-    match_rows,
     open_fingerprints,
     read_footer,
 )
+from pipeline.checks.fingerprints import (
+    RowKeys,
+    Scheme,
+    fingerprint_columns,
+    frame_keys,
+    match_rows,
+)
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
+from pipeline.checks.quality import read_dataset
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import Services, VersionItem, load_frame, version_item
 from pipeline.evaluation.datasets import accepted_items
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +203,6 @@ def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
 
 
 def _file_columns(path: Path, file_format: str) -> list[str]:
-    from pipeline.checks.quality import read_dataset
-
     return [str(c) for c in read_dataset(path, file_format).columns]
 
 
@@ -588,8 +589,6 @@ class ModelIntegrity:
 
     def _reference(self, scheme: Scheme, job_id: str | None) -> tuple[pd.DataFrame | None, str]:
         """Accepted rows when there are enough, else a sample of the newest benchmark."""
-        import pandas as pd
-
         if not self._accepted_read:
             frames = [
                 load_frame(self.svc.store, item)
@@ -614,11 +613,6 @@ def benchmark_sample(
     svc: Services, ref: BenchmarkRef, columns: Sequence[str], size: int
 ) -> pd.DataFrame:
     """A seeded uniform sample of a benchmark's rows (`columns` only), read batch by batch."""
-    import pandas as pd
-    import pyarrow as pa
-
-    from pipeline.checks.fingerprints import RetypeColumns, file_batches
-
     with svc.store.local_path(ref.item.object_key) as path:
         source = file_batches(path, ref.item.file_format, columns)
         for _ in range(len(columns) + 2):

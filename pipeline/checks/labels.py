@@ -32,14 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from pipeline.checks.canonical_cells import canonical_text
 from pipeline.core.errors import DomainError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from pipeline.models.estimators import build_estimator
 
 FOLDS = 3
 MAX_ROWS = 2_000
@@ -83,8 +83,6 @@ def _pct(value: float) -> str:
 
 def canonical_labels(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Class labels in one comparable form: numbers as floats (1, "1", True → 1.0), else text."""
-    from pipeline.checks.fingerprints import canonical_text
-
     out: list[float | str] = []
     for value in values:
         if isinstance(value, bool | np.bool_):
@@ -104,8 +102,6 @@ def canonical_labels(values: Sequence[Any] | np.ndarray) -> np.ndarray:
 def _prepare(
     frame: pd.DataFrame, features: Sequence[str], target: str, task_type: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    import pandas as pd
-
     rows = frame[frame[target].notna()] if target in frame.columns else frame.iloc[0:0]
     x = rows.reindex(columns=list(features))
     if task_type == "regression":
@@ -148,8 +144,6 @@ def _out_of_fold(
     """Out-of-fold predictions, None when the rows cannot be cross-validated."""
     from sklearn.model_selection import cross_val_predict
 
-    from pipeline.models.estimators import build_estimator
-
     splitter = _splitter(task_type, y)
     if splitter is None or len(y) < MIN_ROWS:
         return None
@@ -175,8 +169,6 @@ def check_labels(
     reference_name: str,
 ) -> LabelReport | None:
     """Measure (see the module docstring); None when there is too little to measure."""
-    from pipeline.models.estimators import build_estimator
-
     features = [c for c in features if c in reference.columns and c in contribution.columns]
     if not features:
         return None

@@ -34,7 +34,7 @@ from pipeline.store.objectstore import ObjectStore, StoredObject, dataset_key
 from pipeline.store.queue import enqueue_local_arrival
 
 if TYPE_CHECKING:
-    from pipeline.checks.fingerprints import FingerprintSummary
+    from pipeline.checks.fingerprint_files import FingerprintSummary
     from pipeline.checks.pii import PiiReport
 
 log = logging.getLogger(__name__)
