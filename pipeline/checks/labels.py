@@ -121,12 +121,14 @@ def _sample(x: pd.DataFrame, y: np.ndarray, size: int) -> tuple[pd.DataFrame, np
 def _rate(task_type: str, y: np.ndarray, predicted: np.ndarray) -> float:
     if task_type == "classification":
         return float(np.mean(y != predicted))
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.metrics import r2_score
 
     return float(1.0 - r2_score(y, predicted.astype(np.float64)))
 
 
 def _splitter(task_type: str, y: np.ndarray) -> Any | None:
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.model_selection import KFold, StratifiedKFold
 
     if task_type == "classification":
@@ -142,6 +144,7 @@ def _out_of_fold(
     task_type: str, estimator: str, x: pd.DataFrame, y: np.ndarray
 ) -> np.ndarray | None:
     """Out-of-fold predictions, None when the rows cannot be cross-validated."""
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.model_selection import cross_val_predict
 
     splitter = _splitter(task_type, y)
@@ -155,6 +158,25 @@ def _out_of_fold(
         # A fold without one of the classes, or columns a fold holds no value of.
         return None
     return predicted
+
+
+def _self_rates(
+    task_type: str,
+    estimator: str,
+    reference: tuple[pd.DataFrame, np.ndarray],
+    contribution: tuple[pd.DataFrame, np.ndarray],
+) -> tuple[float | None, float | None]:
+    """Out-of-fold disagreement of the contribution with itself, and of as many reference rows
+    with themselves; (None, None) when either cannot be measured."""
+    con_x, con_y = contribution
+    own_oof = _out_of_fold(task_type, estimator, con_x, con_y)
+    if own_oof is None:
+        return None, None
+    same_x, same_y = _sample(*reference, len(con_y))
+    same_oof = _out_of_fold(task_type, estimator, same_x, same_y)
+    if same_oof is None:
+        return None, None
+    return _rate(task_type, con_y, own_oof), _rate(task_type, same_y, same_oof)
 
 
 def check_labels(
@@ -192,15 +214,7 @@ def check_labels(
     disagreement = _rate(task_type, con_y, model.predict(con_x))
     reference_rate = _rate(task_type, ref_y, reference_oof)
 
-    self_rate = self_reference = None
-    own_oof = _out_of_fold(task_type, estimator, con_x, con_y)
-    if own_oof is not None:
-        same_x, same_y = _sample(ref_x, ref_y, len(con_y))
-        same_oof = _out_of_fold(task_type, estimator, same_x, same_y)
-        if same_oof is not None:
-            self_rate = _rate(task_type, con_y, own_oof)
-            self_reference = _rate(task_type, same_y, same_oof)
-
+    self_rate, self_reference = _self_rates(task_type, estimator, (ref_x, ref_y), (con_x, con_y))
     width = margin if task_type == "classification" else 2 * margin
     slack = 0.0
     if task_type == "classification":
