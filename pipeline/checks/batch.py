@@ -24,12 +24,9 @@ import pandas as pd
 import pyarrow as pa
 from sqlalchemy import update
 
+from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints, model_benchmarks
 from pipeline.checks.compliance import count_violations, json_value
-from pipeline.checks.integrity import (
-    ModelIntegrity,
-    ensure_benchmark_fingerprints,
-    model_benchmarks,
-)
+from pipeline.checks.integrity import ModelIntegrity
 from pipeline.checks.pii import scan_frame
 from pipeline.checks.quality import QualityReport, UnreadableDataset, check_quality
 from pipeline.core.db import Database

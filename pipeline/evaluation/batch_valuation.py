@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from pipeline.checks.integrity import novel_rows
+from pipeline.checks.known_rows import novel_rows
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import BenchmarkSpec, Contribution, Evaluation, new_uuid, utcnow
 from pipeline.evaluation.batches import Batch, Services, VersionItem

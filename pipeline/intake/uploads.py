@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.checks.integrity import benchmark_fingerprint_key
+from pipeline.checks.benchmark_fingerprints import benchmark_fingerprint_key
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
@@ -262,7 +262,7 @@ def fingerprint_received(
     received: ReceivedDataset, form: BenchmarkForm, task_type: str
 ) -> tuple[Path, FingerprintSummary]:
     """Fingerprint the received rows into a file beside the upload (removed with it)."""
-    from pipeline.checks.integrity import fingerprint_benchmark_file
+    from pipeline.checks.benchmark_fingerprints import fingerprint_benchmark_file
 
     folder = received.path.parent
     out = folder / "benchmark.fingerprints"

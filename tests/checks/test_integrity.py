@@ -22,15 +22,13 @@ from sqlalchemy import select
 from pipeline.checks import dataset_batches, fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
-from pipeline.checks.integrity import (
-    accepted_keys_key,
+from pipeline.checks.benchmark_fingerprints import (
     benchmark_fingerprint_key,
     benchmark_summary,
-    count_benchmark_copies,
     model_benchmarks,
-    novel_rows,
-    record_accepted_fingerprints,
 )
+from pipeline.checks.integrity import count_benchmark_copies
+from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_accepted_fingerprints
 from pipeline.checks.labels import check_labels
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
@@ -215,7 +213,10 @@ def test_fingerprints_do_not_depend_on_batches_or_file_format(tmp_path: Path) ->
     many = build(
         bench.drop(columns="split").rename(columns={"churned": "target"}), tmp_path, chunk=13
     )
-    with fingerprint_files.open_fingerprints(one_batch) as a, fingerprint_files.open_fingerprints(many) as b:
+    with (
+        fingerprint_files.open_fingerprints(one_batch) as a,
+        fingerprint_files.open_fingerprints(many) as b,
+    ):
         assert all(np.array_equal(x, y) for x, y in zip(a.tier_keys, b.tier_keys, strict=True))
 
 
@@ -620,7 +621,7 @@ def test_benchmark_upload_fingerprints_its_rows_outside_datasets(
 def test_the_label_reference_samples_a_csv_benchmark_whose_column_turns_to_text(
     svc: Services, db: Database, store: LocalObjectStore, small_csv_blocks: None
 ) -> None:
-    from pipeline.checks.integrity import benchmark_sample
+    from pipeline.checks.benchmark_fingerprints import benchmark_sample
 
     rows = [{"x": i, "target": i % 2} for i in range(5_000)] + [{"x": "n/a-yet", "target": 1}]
     add_benchmark(db, store, rows, target_column="target")
