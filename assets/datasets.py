@@ -1,7 +1,7 @@
 """Dataset-version assets and their blocking checks: the stored object, quality, PII, integrity.
 
 One partition per dataset version (`{model_id}__{version}`). A run for a partition claims every
-pending version of the model up to it (`pipeline.evaluation.batches.claim_batch`), so the assets
+pending version of the model up to it (`pipeline.evaluation.claims.claim_batch`), so the assets
 below work on that batch and report each version on its own partition (`assets.reporting`): the
 version's file with Dagster's standard metadata, its figures, and its check results.
 
@@ -39,7 +39,8 @@ from pipeline.checks.batch import (
     verdict,
 )
 from pipeline.core.db import Database
-from pipeline.evaluation.batches import Batch, StepResult, claim_batch
+from pipeline.evaluation.batches import Batch, StepResult
+from pipeline.evaluation.claims import claim_batch
 from pipeline.intake.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
 
 GROUP = "dataset_versions"

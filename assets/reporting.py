@@ -1,7 +1,7 @@
 """Per-partition reporting: each version of a run's batch shows its own result on its partition.
 
 A run for the partition `{model_id}__{version}` processes a batch of versions
-(`pipeline.evaluation.batches.claim_batch`), but Dagster scopes a step's output, and a partitioned
+(`pipeline.evaluation.claims.claim_batch`), but Dagster scopes a step's output, and a partitioned
 check's result, to the run's own partition. So every step reports the batch's other versions itself,
 as events of the same run (they link to it in the UI):
 

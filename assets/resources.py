@@ -4,7 +4,7 @@ Every field left unset comes from the environment through `pipeline.core.config.
 production `Definitions` use `MarketplaceResource()` (see `resource_defs`); tests build one with
 `MarketplaceResource.from_settings(settings)`. The parts come from the composition root
 (`pipeline.bootstrap.Services`). The database engine lives for one step, and so
-does a `LeaseKeeper` renewing the claims of the run (`pipeline.evaluation.batches`): when the step's
+does a `LeaseKeeper` renewing the claims of the run (`pipeline.evaluation.leases`): when the step's
 process dies, the run's claims run out and the jobs are given back.
 """
 
@@ -18,7 +18,7 @@ from pydantic import PrivateAttr
 from assets.settings_resource import SettingsResource
 from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
-from pipeline.evaluation.batches import LeaseKeeper
+from pipeline.evaluation.leases import LeaseKeeper
 
 MARKETPLACE = "marketplace"
 

@@ -33,7 +33,8 @@ import pandas as pd
 
 from pipeline.core.config import load_settings
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.metrics import BenchmarkScorer, evaluate_contribution
+from pipeline.evaluation.comparison import evaluate_contribution
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 
 OPTIONS = {

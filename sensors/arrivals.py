@@ -11,7 +11,7 @@ One tick:
    `pipeline.triggers.debounce`): one run per model for its newest version, `run_key` derived from
    the batch, the arrival rows marked with that run key;
 4. gives back the jobs whose claim expired (their run died:
-   `pipeline.evaluation.batches.expire_leases`) and requests one run per model with jobs given back,
+   `pipeline.evaluation.leases.expire_leases`) and requests one run per model with jobs given back,
    `run_key` derived from those jobs and their expired-claim counts, so the request is made once;
 5. returns the new partitions, the run requests and the cursor JSON.
 """
@@ -35,7 +35,7 @@ from assets.partitions import (
 )
 from pipeline.core.db import Database
 from pipeline.core.tables import utcnow
-from pipeline.evaluation.batches import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
+from pipeline.evaluation.leases import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
 from pipeline.triggers.arrival_rows import mark_run_key, pending_arrivals
 from pipeline.triggers.debounce import DebounceCursor, batch_run_key
 from pipeline.triggers.drain import DrainReport, drain_queue

@@ -92,7 +92,8 @@ def _contribution_body_schema() -> dict[str, Any]:
     schema = ContributionBody.model_json_schema()
     properties = schema["properties"]
     properties["modelId"].update(minimum=1, maximum=INT32_MAX, description="the path's model id")
-    # The manifest is read as a plain object and checked by pipeline.rewards.parse_manifest.
+    # The manifest is read as a plain object and checked by
+    # pipeline.rewards.manifests.parse_manifest.
     properties["manifest"]["anyOf"] = [
         {"$ref": "#/components/schemas/ContributorManifest"},
         {"type": "null"},

@@ -152,8 +152,8 @@ def get_my_manifest(
         400: {"description": "invalid manifest; detail names the field"},
         401: {"description": "no session"},
     },
-    # The body is read as a plain object and checked by pipeline.rewards.parse_manifest, whose
-    # detail names every problem; the document states the same rules.
+    # The body is read as a plain object and checked by pipeline.rewards.manifests.parse_manifest,
+    # whose detail names every problem; the document states the same rules.
     openapi_extra={
         "requestBody": {
             "required": True,

@@ -18,30 +18,23 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 from sqlalchemy import update
 
 from pipeline.bootstrap import Services
+from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints, model_benchmarks
+from pipeline.checks.compliance import count_violations, json_value
+from pipeline.checks.integrity import ModelIntegrity
+from pipeline.checks.pii import scan_frame
+from pipeline.checks.quality import QualityReport, UnreadableDataset, check_quality
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Model
-from pipeline.evaluation.batches import (
-    REJECTED,
-    VALIDATING,
-    Batch,
-    VersionItem,
-    fail_job,
-    job_status,
-    load_frame,
-    transition,
-)
-
-if TYPE_CHECKING:
-    import pandas as pd
-    import pyarrow as pa
-
-    from pipeline.checks.integrity import ModelIntegrity
-    from pipeline.checks.quality import QualityReport
+from pipeline.evaluation.batches import Batch, VersionItem, load_frame
+from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
+from pipeline.models.dataspec import RowValidator
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +52,6 @@ class VersionSummary:
 
 def describe_batch(svc: Services, batch: Batch) -> list[VersionSummary]:
     """Read every version of the batch with pyarrow; an unreadable contribution is rejected."""
-    from pipeline.checks.quality import UnreadableDataset
-
     summaries = []
     for item in batch.items:
         try:
@@ -169,10 +160,6 @@ def count_spec_violations(
     Checked with Arrow compute where the data-spec allows it (pipeline/checks/compliance.py); a
     DataFrame is handed to Arrow first, so a NaN there is a missing cell, as pandas means it.
     """
-    import pyarrow as pa
-
-    from pipeline.checks.compliance import count_violations
-
     if not isinstance(data, pa.Table):
         try:
             data = pa.Table.from_pandas(data, preserve_index=False)
@@ -183,9 +170,6 @@ def count_spec_violations(
 
 def _count_frame_rows(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: int) -> int:
     """Row by row, for a frame whose columns mix types Arrow can't hold in one column."""
-    from pipeline.checks.compliance import json_value
-    from pipeline.models.dataspec import RowValidator
-
     validator = RowValidator(data_spec)
     invalid = 0
     for start in range(0, len(df), batch_size):
@@ -199,8 +183,6 @@ def _count_frame_rows(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: i
 
 
 def _json_row(row: dict[Any, Any], json_value: Any) -> dict[str, Any]:
-    import pandas as pd
-
     clean: dict[str, Any] = {}
     for key, value in row.items():
         if hasattr(value, "item") and not isinstance(value, str | bytes):
@@ -215,8 +197,6 @@ def _json_row(row: dict[Any, Any], json_value: Any) -> dict[str, Any]:
 
 def run_quality_checks(svc: Services, batch: Batch) -> list[CheckOutcome]:
     """Spec §8 thresholds and data-spec compliance for each contribution still validating."""
-    from pipeline.checks.quality import check_quality
-
     with svc.db.session() as session:
         model = session.get(Model, batch.model_id)
         data_spec = model.data_spec if model else {}
@@ -283,8 +263,6 @@ def quality_summary(report: QualityReport) -> str:
 
 def run_pii_scans(svc: Services, batch: Batch) -> list[CheckOutcome]:
     """Scan each contribution still validating; PII found rejects it (unless detection is off)."""
-    from pipeline.checks.pii import scan_frame
-
     outcomes = []
     for item in _still(svc.db, batch, VALIDATING):
         try:
@@ -322,12 +300,6 @@ def run_integrity_checks(svc: Services, batch: Batch) -> list[CheckOutcome]:
     benchmark the contributions pass here: evaluation sends them back to the queue, and the
     run after a benchmark arrives checks them.
     """
-    from pipeline.checks.integrity import (
-        ModelIntegrity,
-        ensure_benchmark_fingerprints,
-        model_benchmarks,
-    )
-
     in_batch = {item.dataset_version_id for item in batch.items if item.benchmark_spec_id}
     for ref in model_benchmarks(svc, batch.model_id):
         if ref.item.dataset_version_id in in_batch:

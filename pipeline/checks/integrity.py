@@ -3,30 +3,22 @@
 Run by the pipeline after the quality and PII checks, for each contribution still
 `validating` (`pipeline.checks.batch.run_integrity_checks`):
 
-1. Benchmark leakage. Every benchmark version of the model is fingerprinted at upload
-   (`fingerprint_benchmark_file`, called by `pipeline.intake.uploads`), or by the pipeline when its
-   fingerprints are missing (`ensure_benchmark_fingerprints`). The contribution's rows are
-   matched against each version in every tier of `pipeline.checks.fingerprints`; in a tier whose
-   chance rate is p (the share of the benchmark's own rows matching another of its rows), an
-   honest contribution of n rows is expected to match about n*p rows. The contribution is
-   rejected when, in some tier, more rows match than
-   `n*p + 3*sqrt(n*p*(1-p)) + INTEGRITY_COPY_TOLERANCE * n` (default tolerance 1 %): a copy
-   of benchmark rows, exact or with small noise, is never paid nor trained on.
-2. Known rows. Rows that match rows of the model's accepted training data (`accepted_items`:
-   any earlier accepted contribution, from anyone) are counted and left out of valuation
-   (`novel_rows`). Only tiers whose chance rate, scaled to the accepted data's size, is at most
-   `KNOWN_CHANCE_MAX` decide per row, so honest rows of a dense table are not taken for
-   copies. A contribution whose novel rows are less than `INTEGRITY_MIN_NOVEL_SHARE` (default
-   5 %) of its rows is rejected as already contributed.
+1. Benchmark leakage. The contribution's rows are matched against each benchmark version's
+   fingerprints (`pipeline.checks.benchmark_fingerprints`) in every tier of
+   `pipeline.checks.fingerprints`; in a tier whose chance rate is p (the share of the
+   benchmark's own rows matching another of its rows), an honest contribution of n rows is
+   expected to match about n*p rows. The contribution is rejected when, in some tier, more rows
+   match than `n*p + 3*sqrt(n*p*(1-p)) + INTEGRITY_COPY_TOLERANCE * n` (default tolerance 1 %):
+   a copy of benchmark rows, exact or with small noise, is never paid nor trained on.
+2. Known rows (`pipeline.checks.known_rows`): rows that match rows of the model's accepted
+   training data are counted and left out of valuation. A contribution whose novel rows are
+   less than `INTEGRITY_MIN_NOVEL_SHARE` (default 5 %) of its rows is rejected as already
+   contributed.
 3. Labels (`pipeline.checks.labels`): the novel rows' labels are checked against the current model
    and against their own cross-validated predictions; far more disagreement than the reference
    data shows quarantines the contribution (`rejected`, the figures in the reason).
 
-The figures go to the job's `quality["integrity"]`. Accepted rows' fingerprints are derived
-from the accepted versions when needed and cached per version and scheme in the object store
-(`integrity/{model_id}/accepted/...`, outside `datasets/`, so no arrival is triggered); the
-cache is written atomically and is a pure function of an immutable version, so concurrent runs
-can only write the same bytes, and which versions count is read from the database each time.
+The figures go to the job's `quality["integrity"]`.
 
 This module knows nothing of Dagster; `assets/` wraps it.
 """
@@ -34,186 +26,37 @@ This module knows nothing of Dagster; `assets/` wraps it.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import math
-import os
-import tempfile
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-from sqlalchemy import select
+import pandas as pd
 
 from pipeline.bootstrap import Services
-from pipeline.checks.fingerprints import (
+from pipeline.checks.benchmark_fingerprints import (
+    BenchmarkRef,
+    benchmark_sample,
+    ensure_benchmark_fingerprints,
+    model_benchmarks,
+    model_task,
+    opened_fingerprints,
+)
+from pipeline.checks.fingerprint_files import (
     FingerprintFormatError,
     Fingerprints,
     FingerprintSummary,
-    RowKeys,
-    Scheme,
-    fingerprint_columns,
-    fingerprint_file,
-    frame_keys,
-    match_rows,
-    open_fingerprints,
-    read_footer,
 )
+from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
+from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_mask
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
-from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
-from pipeline.evaluation.batches import VersionItem, load_frame, version_item
-
-if TYPE_CHECKING:
-    import pandas as pd
+from pipeline.evaluation.batches import load_frame
+from pipeline.evaluation.datasets import accepted_items
 
 log = logging.getLogger(__name__)
 
-PREFIX = "integrity"
-# A tier decides per row whether a row is already known only when honest rows match the
-# accepted data by chance at most this often.
-KNOWN_CHANCE_MAX = 0.01
 # Rows of a benchmark read for the label check's reference (a seeded sample).
 LABEL_REFERENCE_ROWS = 2_000
-
-
-def benchmark_fingerprint_key(model_id: int, version: str) -> str:
-    return f"{PREFIX}/{model_id}/{version}/benchmark.fingerprints"
-
-
-def accepted_keys_key(model_id: int, dataset_version_id: int, scheme: Scheme) -> str:
-    return f"{PREFIX}/{model_id}/accepted/{dataset_version_id}-{scheme.digest}.npy"
-
-
-# --- benchmark fingerprints ------------------------------------------------------------------
-
-
-def fingerprint_benchmark_file(
-    path: Path,
-    file_format: str,
-    *,
-    columns: Sequence[str],
-    target_column: str,
-    input_columns: Sequence[str],
-    task_type: str,
-    out: Path,
-    tmp_root: Path,
-) -> FingerprintSummary:
-    """Fingerprint a benchmark file's rows (input columns and target) into the file `out`."""
-    return fingerprint_file(
-        path,
-        file_format,
-        columns=fingerprint_columns(columns, target_column, input_columns),
-        target=target_column,
-        classification=task_type == "classification",
-        out=out,
-        tmp_root=tmp_root,
-    )
-
-
-@dataclass(frozen=True)
-class BenchmarkRef:
-    """One benchmark version of a model: where its file and fingerprints are."""
-
-    spec_id: str
-    model_id: int
-    version: str
-    version_number: int
-    item: VersionItem
-    target_column: str
-    input_columns: tuple[str, ...]
-    columns: tuple[str, ...]
-
-    @property
-    def fingerprint_key(self) -> str:
-        return benchmark_fingerprint_key(self.model_id, self.version)
-
-
-def model_benchmarks(svc: Services, model_id: int) -> list[BenchmarkRef]:
-    """Every benchmark version of the model, newest first."""
-    with svc.db.session() as session:
-        rows = session.execute(
-            select(BenchmarkSpec, DatasetVersion)
-            .join(DatasetVersion, BenchmarkSpec.dataset_version_id == DatasetVersion.id)
-            .where(BenchmarkSpec.model_id == model_id)
-            .order_by(DatasetVersion.version_number.desc(), BenchmarkSpec.created_at.desc())
-        ).all()
-    return [
-        BenchmarkRef(
-            spec.id,
-            model_id,
-            dv.version,
-            dv.version_number,
-            version_item(dv, benchmark_spec_id=spec.id),
-            spec.target_column,
-            tuple(spec.input_columns or ()),
-            tuple(dv.columns or spec.columns or ()),
-        )
-        for spec, dv in rows
-    ]
-
-
-def _task_type(svc: Services, model_id: int) -> tuple[str, str]:
-    with svc.db.session() as session:
-        model = session.get(Model, model_id)
-        if model is None:
-            raise LookupError(f"model {model_id} not found")
-        return model.task_type, model.estimator
-
-
-def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
-    """The key of the benchmark's fingerprints, building and storing them when missing.
-
-    Benchmarks uploaded through the API are fingerprinted at upload; this covers the others
-    (and any older than fingerprints). Building twice concurrently writes the same bytes.
-    """
-    key = ref.fingerprint_key
-    if svc.store.exists(key):
-        return key
-    task_type, _ = _task_type(svc, ref.model_id)
-    tmp_root = svc.settings.data_dir / "tmp" / "fingerprints"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    with svc.store.local_path(ref.item.object_key) as path:
-        columns = ref.columns or tuple(_file_columns(path, ref.item.file_format))
-        handle, name = tempfile.mkstemp(dir=tmp_root, suffix=".fingerprints")
-        os.close(handle)
-        out = Path(name)
-        try:
-            summary = fingerprint_benchmark_file(
-                path,
-                ref.item.file_format,
-                columns=columns,
-                target_column=ref.target_column,
-                input_columns=ref.input_columns,
-                task_type=task_type,
-                out=out,
-                tmp_root=tmp_root,
-            )
-            svc.store.put_file(key, out)
-        finally:
-            out.unlink(missing_ok=True)
-    log.info(
-        "model %s %s: fingerprinted %d benchmark rows", ref.model_id, ref.version, summary.rows
-    )
-    return key
-
-
-def _file_columns(path: Path, file_format: str) -> list[str]:
-    from pipeline.checks.quality import read_dataset
-
-    return [str(c) for c in read_dataset(path, file_format).columns]
-
-
-@contextlib.contextmanager
-def opened_fingerprints(svc: Services, key: str) -> Iterator[Fingerprints]:
-    with svc.store.local_path(key) as path, open_fingerprints(path) as fingerprints:
-        yield fingerprints
-
-
-def benchmark_summary(svc: Services, key: str) -> FingerprintSummary:
-    with svc.store.local_path(key) as path:
-        return FingerprintSummary.from_json(read_footer(path))
 
 
 # --- leakage ---------------------------------------------------------------------------------
@@ -275,114 +118,6 @@ def copy_rule(tier: str, scheme: Scheme) -> str:
         return "identical values to about 7 significant digits"
     width = float(tier.removeprefix("near_"))
     return f"values within {width * scheme.margin:g} to {width:g} standard deviations per column"
-
-
-# --- known rows ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AcceptedKeys:
-    """The distinct keys of the model's accepted rows under one scheme, per tier."""
-
-    scheme: Scheme
-    rows: int
-    tier_keys: list[np.ndarray]
-
-
-def accepted_row_keys(svc: Services, item: VersionItem, scheme: Scheme) -> np.ndarray:
-    """(rows, tiers) keys of one accepted version's rows; cached in the object store."""
-    key = accepted_keys_key(item.model_id, item.dataset_version_id, scheme)
-    if svc.store.exists(key):
-        try:
-            with svc.store.open(key) as fh:
-                cached = np.load(io.BytesIO(fh.read()), allow_pickle=False)
-            if cached.ndim == 2 and cached.shape[1] == len(scheme.tiers):
-                return np.asarray(cached, dtype=np.uint64)
-        except (OSError, ValueError):
-            log.warning("ignoring an unreadable fingerprint cache %s", key)
-    keys = frame_keys(scheme, load_frame(svc.store, item), probes=False)
-    table = np.column_stack([keys.keys(t) for t in range(len(scheme.tiers))])
-    buffer = io.BytesIO()
-    np.save(buffer, table, allow_pickle=False)
-    svc.store.put_bytes(key, buffer.getvalue())
-    return table
-
-
-def record_accepted_fingerprints(svc: Services, item: VersionItem) -> None:
-    """Cache an accepted version's fingerprints now (optional: they are built when needed)."""
-    refs = model_benchmarks(svc, item.model_id)
-    if refs:
-        summary = benchmark_summary(svc, ensure_benchmark_fingerprints(svc, refs[0]))
-        accepted_row_keys(svc, item, summary.scheme)
-
-
-def accepted_keys(
-    svc: Services, model_id: int, scheme: Scheme, *, exclude_job: str | None = None
-) -> AcceptedKeys:
-    from pipeline.evaluation.batch_scoring import accepted_items
-
-    tables = [
-        accepted_row_keys(svc, item, scheme)
-        for item in accepted_items(svc.db, model_id, exclude=(exclude_job,))
-    ]
-    tiers = len(scheme.tiers)
-    if not tables:
-        return AcceptedKeys(scheme, 0, [np.empty(0, dtype=np.uint64) for _ in range(tiers)])
-    stacked = np.concatenate(tables)
-    return AcceptedKeys(scheme, len(stacked), [np.unique(stacked[:, t]) for t in range(tiers)])
-
-
-def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
-    """Rows matching accepted rows in a tier that is informative at the accepted data's size."""
-    known = np.zeros(keys.rows, dtype=bool)
-    if accepted.rows == 0 or keys.rows == 0:
-        return known
-    scale = accepted.rows / max(1, benchmark.rows)
-    tiers = [
-        t
-        for t, summary in enumerate(benchmark.tiers)
-        if min(1.0, summary.chance_rate * scale) <= KNOWN_CHANCE_MAX
-    ]
-    matched = match_rows(keys, accepted.tier_keys)
-    for tier in tiers:
-        known |= matched[tier]
-    return known
-
-
-@dataclass(frozen=True)
-class NovelRows:
-    """A contribution's rows without those already accepted for the model."""
-
-    frame: pd.DataFrame
-    known: int
-    total: int
-
-    @property
-    def novel(self) -> int:
-        return self.total - self.known
-
-    @property
-    def novel_share(self) -> float:
-        return self.novel / self.total if self.total else 0.0
-
-
-def novel_rows(
-    svc: Services, model_id: int, frame: pd.DataFrame, *, exclude_job: str | None = None
-) -> NovelRows:
-    """`frame` without the rows that duplicate the model's accepted rows, and how many left.
-
-    Accepted rows are read from the database at the call (`accepted_items`), the contribution
-    `exclude_job` left out. Without a benchmark there is no scheme to compare rows in, and
-    nothing is dropped.
-    """
-    refs = model_benchmarks(svc, model_id)
-    if not refs or frame.empty:
-        return NovelRows(frame, 0, len(frame))
-    summary = benchmark_summary(svc, ensure_benchmark_fingerprints(svc, refs[0]))
-    keys = frame_keys(summary.scheme, frame)
-    accepted = accepted_keys(svc, model_id, summary.scheme, exclude_job=exclude_job)
-    known = known_mask(keys, accepted, summary)
-    return NovelRows(frame[~known].reset_index(drop=True), int(known.sum()), len(frame))
 
 
 # --- one contribution ------------------------------------------------------------------------
@@ -500,7 +235,7 @@ class ModelIntegrity:
         self.model_id = model_id
         self._files = contextlib.ExitStack()
         self._opened: dict[str, Fingerprints] = {}
-        self.task_type, self.estimator = _task_type(svc, model_id)
+        self.task_type, self.estimator = model_task(svc, model_id)
         self.benchmarks = model_benchmarks(svc, model_id)
         self.keys = {
             ref.version: ensure_benchmark_fingerprints(svc, ref) for ref in self.benchmarks
@@ -589,10 +324,6 @@ class ModelIntegrity:
 
     def _reference(self, scheme: Scheme, job_id: str | None) -> tuple[pd.DataFrame | None, str]:
         """Accepted rows when there are enough, else a sample of the newest benchmark."""
-        import pandas as pd
-
-        from pipeline.evaluation.batch_scoring import accepted_items
-
         if not self._accepted_read:
             frames = [
                 load_frame(self.svc.store, item)
@@ -611,40 +342,6 @@ class ModelIntegrity:
                 self.svc, self.benchmarks[0], scheme.columns, LABEL_REFERENCE_ROWS
             )
         return self._benchmark_reference, "benchmark"
-
-
-def benchmark_sample(
-    svc: Services, ref: BenchmarkRef, columns: Sequence[str], size: int
-) -> pd.DataFrame:
-    """A seeded uniform sample of a benchmark's rows (`columns` only), read batch by batch."""
-    import pandas as pd
-    import pyarrow as pa
-
-    from pipeline.checks.fingerprints import RetypeColumns, file_batches
-
-    with svc.store.local_path(ref.item.object_key) as path:
-        source = file_batches(path, ref.item.file_format, columns)
-        for _ in range(len(columns) + 2):
-            rng = np.random.default_rng(0)
-            kept: pa.Table | None = None
-            priorities = np.empty(0)
-            try:
-                for batch in source():
-                    table = pa.Table.from_batches([batch])
-                    draws = rng.random(table.num_rows)
-                    if kept is not None:
-                        table = pa.concat_tables([kept, table.cast(kept.schema)])
-                        draws = np.concatenate([priorities, draws])
-                    if table.num_rows > size:
-                        keep = np.sort(np.argpartition(draws, size)[:size])
-                        table, draws = table.take(pa.array(keep)), draws[keep]
-                    kept, priorities = table, draws
-            except RetypeColumns:
-                continue  # a CSV column turned out to be text: read again
-            break
-    if kept is None:
-        return pd.DataFrame(columns=list(columns))
-    return kept.to_pandas()
 
 
 def integrity_error(exc: Exception) -> str:

@@ -32,14 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from pipeline.checks.canonical_cells import canonical_text
 from pipeline.core.errors import DomainError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from pipeline.models.estimators import build_estimator
 
 FOLDS = 3
 MAX_ROWS = 2_000
@@ -83,8 +83,6 @@ def _pct(value: float) -> str:
 
 def canonical_labels(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Class labels in one comparable form: numbers as floats (1, "1", True → 1.0), else text."""
-    from pipeline.checks.fingerprints import canonical_text
-
     out: list[float | str] = []
     for value in values:
         if isinstance(value, bool | np.bool_):
@@ -104,8 +102,6 @@ def canonical_labels(values: Sequence[Any] | np.ndarray) -> np.ndarray:
 def _prepare(
     frame: pd.DataFrame, features: Sequence[str], target: str, task_type: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    import pandas as pd
-
     rows = frame[frame[target].notna()] if target in frame.columns else frame.iloc[0:0]
     x = rows.reindex(columns=list(features))
     if task_type == "regression":
@@ -125,12 +121,14 @@ def _sample(x: pd.DataFrame, y: np.ndarray, size: int) -> tuple[pd.DataFrame, np
 def _rate(task_type: str, y: np.ndarray, predicted: np.ndarray) -> float:
     if task_type == "classification":
         return float(np.mean(y != predicted))
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.metrics import r2_score
 
     return float(1.0 - r2_score(y, predicted.astype(np.float64)))
 
 
 def _splitter(task_type: str, y: np.ndarray) -> Any | None:
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.model_selection import KFold, StratifiedKFold
 
     if task_type == "classification":
@@ -146,9 +144,8 @@ def _out_of_fold(
     task_type: str, estimator: str, x: pd.DataFrame, y: np.ndarray
 ) -> np.ndarray | None:
     """Out-of-fold predictions, None when the rows cannot be cross-validated."""
+    # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
     from sklearn.model_selection import cross_val_predict
-
-    from pipeline.models.estimators import build_estimator
 
     splitter = _splitter(task_type, y)
     if splitter is None or len(y) < MIN_ROWS:
@@ -163,6 +160,25 @@ def _out_of_fold(
     return predicted
 
 
+def _self_rates(
+    task_type: str,
+    estimator: str,
+    reference: tuple[pd.DataFrame, np.ndarray],
+    contribution: tuple[pd.DataFrame, np.ndarray],
+) -> tuple[float | None, float | None]:
+    """Out-of-fold disagreement of the contribution with itself, and of as many reference rows
+    with themselves; (None, None) when either cannot be measured."""
+    con_x, con_y = contribution
+    own_oof = _out_of_fold(task_type, estimator, con_x, con_y)
+    if own_oof is None:
+        return None, None
+    same_x, same_y = _sample(*reference, len(con_y))
+    same_oof = _out_of_fold(task_type, estimator, same_x, same_y)
+    if same_oof is None:
+        return None, None
+    return _rate(task_type, con_y, own_oof), _rate(task_type, same_y, same_oof)
+
+
 def check_labels(
     reference: pd.DataFrame,
     contribution: pd.DataFrame,
@@ -175,8 +191,6 @@ def check_labels(
     reference_name: str,
 ) -> LabelReport | None:
     """Measure (see the module docstring); None when there is too little to measure."""
-    from pipeline.models.estimators import build_estimator
-
     features = [c for c in features if c in reference.columns and c in contribution.columns]
     if not features:
         return None
@@ -200,15 +214,7 @@ def check_labels(
     disagreement = _rate(task_type, con_y, model.predict(con_x))
     reference_rate = _rate(task_type, ref_y, reference_oof)
 
-    self_rate = self_reference = None
-    own_oof = _out_of_fold(task_type, estimator, con_x, con_y)
-    if own_oof is not None:
-        same_x, same_y = _sample(ref_x, ref_y, len(con_y))
-        same_oof = _out_of_fold(task_type, estimator, same_x, same_y)
-        if same_oof is not None:
-            self_rate = _rate(task_type, con_y, own_oof)
-            self_reference = _rate(task_type, same_y, same_oof)
-
+    self_rate, self_reference = _self_rates(task_type, estimator, (ref_x, ref_y), (con_x, con_y))
     width = margin if task_type == "classification" else 2 * margin
     slack = 0.0
     if task_type == "classification":

@@ -289,6 +289,8 @@ def _analyzer() -> AnalyzerEngine:
 def _build_analyzer() -> AnalyzerEngine:
     """Presidio on a blank spaCy pipeline with the recognizers we trust, fully offline."""
     _use_bundled_suffix_list()
+    # presidio and spaCy (about 1.5 s) load with the first scan: the API's benchmark upload
+    # imports this module.
     import spacy
     from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NlpEngineProvider
@@ -373,6 +375,7 @@ def _use_bundled_suffix_list() -> None:
     `TLD_EXTRACTOR` on every call; its default instance fetches the list from the internet
     at first use and caches it under the home directory.
     """
+    # Presidio's dependency, loaded with it (see `_build_analyzer`).
     import tldextract
     import tldextract.tldextract as tld_module
 

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
+from pyarrow import json as pa_json
 
 from pipeline.core.config import Settings
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
@@ -170,17 +171,7 @@ def check_quality(
     ]
     if rows:
         # With no rows a column's share means nothing; the row_count error already says why.
-        for name, null_count in zip(df.columns, nulls, strict=True):
-            checks.append(
-                CheckResult(
-                    "column_completeness",
-                    _above(rows - null_count, rows, thresholds.column_completeness_above),
-                    _share(rows - null_count, rows),
-                    thresholds.column_completeness_above,
-                    "warning",
-                    column=str(name),
-                )
-            )
+        checks.extend(_column_checks(df, nulls, thresholds))
     return QualityReport(
         row_count=row_count,
         completeness=_share(non_null, cells),
@@ -189,6 +180,24 @@ def check_quality(
         checks=checks,
         strict=settings.data_validation_strict,
     )
+
+
+def _column_checks(
+    df: pd.DataFrame, nulls: list[int], thresholds: QualityThresholds
+) -> list[CheckResult]:
+    """One completeness warning per column (`nulls`: each column's missing cells)."""
+    rows = len(df)
+    return [
+        CheckResult(
+            "column_completeness",
+            _above(rows - null_count, rows, thresholds.column_completeness_above),
+            _share(rows - null_count, rows),
+            thresholds.column_completeness_above,
+            "warning",
+            column=str(name),
+        )
+        for name, null_count in zip(df.columns, nulls, strict=True)
+    ]
 
 
 def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
@@ -241,8 +250,6 @@ def _read_json(path: Path) -> pa.Table:
         # pa.array infers one struct type over all rows; from_pylist would keep only the
         # keys of the first row.
         return pa.Table.from_struct_array(pa.array(rows))
-    from pyarrow import json as pa_json
-
     return pa_json.read_json(path)
 
 
@@ -330,6 +337,7 @@ def _frame_batch_definition() -> Any:
     global _batch_definition
     if _batch_definition is None:
         gx = _import_great_expectations()
+        # Lazy like great_expectations itself (see `_import_great_expectations`).
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         context = gx.get_context(mode="ephemeral")
@@ -343,6 +351,8 @@ def _frame_batch_definition() -> Any:
 
 
 def _import_great_expectations() -> Any:
+    """great_expectations, imported on first use: it takes about 3.4 s, and the API and the CLI
+    import this module."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations
 

@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     enable_pii_detection: bool = True
     data_validation_strict: bool = False
     # How long a run's claim on a contribution job lasts unless renewed
-    # (pipeline.evaluation.batches).
+    # (pipeline.evaluation.leases).
     claim_lease_seconds: int = Field(default=600, ge=1)
 
     # Valuation and payouts (docs/rewards.md).

@@ -170,7 +170,7 @@ class Contribution(Base):
     improvement_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
     tokens: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The claim of the run working on the job (validating, evaluating): who holds it and until
-    # when; an expired lease means the run died (see pipeline.evaluation.batches,
+    # when; an expired lease means the run died (see pipeline.evaluation.leases,
     # docs/robustness.md).
     claimed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -20,8 +20,11 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.checks.fingerprints import FingerprintSummary
-from pipeline.checks.integrity import benchmark_fingerprint_key, fingerprint_benchmark_file
+from pipeline.checks.benchmark_fingerprints import (
+    benchmark_fingerprint_key,
+    fingerprint_benchmark_file,
+)
+from pipeline.checks.fingerprint_files import FingerprintSummary
 from pipeline.checks.pii import PiiReport, scan_frame
 from pipeline.core.config import Settings
 from pipeline.core.db import Database

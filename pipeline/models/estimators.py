@@ -7,8 +7,8 @@ dtypes when the pipeline is fitted:
 - every other column (strings, booleans, categoricals): most-frequent imputation, then one-hot
   encoding that ignores categories unseen in training.
 
-scikit-learn is imported only inside `build_estimator`, so that registering or validating a
-model definition does not pay for the import.
+scikit-learn (over a second to import) is imported only when a pipeline is built: the API and
+the CLI import this module to validate model definitions, which must not pay for it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+import pandas as pd
+
 from pipeline.core.errors import InvalidInput
 
 if TYPE_CHECKING:
-    import pandas as pd
     from sklearn.pipeline import Pipeline
 
 TaskType = Literal["classification", "regression"]
@@ -68,12 +69,14 @@ def validate_estimator(name: str, task_type: str) -> None:
 def build_estimator(name: str, task_type: str) -> Pipeline:
     """A fresh, unfitted pipeline: preprocessing followed by the named estimator."""
     validate_estimator(name, task_type)
+    # sklearn lazily: see the module docstring.
     from sklearn.pipeline import Pipeline
 
     return Pipeline([("features", _preprocessor()), ("model", _model(name))])
 
 
 def _model(name: str) -> Any:
+    # sklearn lazily: see the module docstring.
     from sklearn.ensemble import (
         GradientBoostingClassifier,
         RandomForestClassifier,
@@ -97,6 +100,7 @@ def _model(name: str) -> Any:
 
 
 def _preprocessor() -> Any:
+    # sklearn lazily: see the module docstring.
     from sklearn.compose import ColumnTransformer, make_column_selector
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import Pipeline
@@ -131,8 +135,6 @@ def _preprocessor() -> Any:
 
 def _as_floats(frame: pd.DataFrame) -> pd.DataFrame:
     """Numeric columns as float64: nullable integers' NA and stray text become NaN."""
-    import pandas as pd
-
     return pd.DataFrame(frame).apply(pd.to_numeric, errors="coerce").astype("float64")
 
 
@@ -142,14 +144,10 @@ def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
     Text keeps columns that mix value types (True and "yes", 1 and "1") sortable for the
     encoder, and turns pandas' NA variants into the NaN the imputer recognises.
     """
-    import pandas as pd
-
     return pd.DataFrame(frame).astype(object).map(lambda v: math.nan if _missing(v) else str(v))
 
 
 def _missing(value: Any) -> bool:
-    import pandas as pd
-
     if value is None or value is pd.NA or value is pd.NaT:
         return True
     return isinstance(value, float) and math.isnan(value)

@@ -23,6 +23,7 @@ from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
+from pipeline.models.estimators import validate_estimator
 
 DEMO_MODEL_FILE = "customer_churn.json"
 
@@ -53,8 +54,6 @@ def parse_definition(data: Any) -> ModelDefinition:
             f"model definition: target_column {definition.target_column!r} "
             "is not a property of the data_spec"
         )
-    from pipeline.models.estimators import validate_estimator
-
     validate_estimator(definition.estimator, definition.task_type)
     errors = RowValidator(definition.data_spec).errors_for([definition.example_row])
     if errors:

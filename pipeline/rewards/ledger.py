@@ -25,6 +25,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
+from pipeline.evaluation.datasets import accepted_contribution
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 from pipeline.rewards.manifests import parse_manifest
 
@@ -158,11 +159,10 @@ def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
 def accepted_data(db: Database, model_id: int) -> dict[str, Any]:
     """Audit of a model's training data: every accepted dataset version, by whom, on what.
 
-    Accepted versions are those `pipeline.evaluation.batch_scoring.accepted_items` trains on
+    Accepted versions are those `pipeline.evaluation.datasets.accepted_items` trains on
     (rewarded, or accepted with rewards pending), oldest first, each with its submitter, rows, the
     evaluation that accepted it (share, pool, interval) and the tokens paid.
     """
-    from pipeline.evaluation.batch_scoring import accepted_contribution
 
     with db.session() as session:
         if session.get(Model, model_id) is None:

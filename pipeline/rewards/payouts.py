@@ -1,6 +1,6 @@
 """Payouts of accepted contributions: the manifest that says who is paid, caps, ledger writes.
 
-The contributions one valuation accepted (`pipeline.evaluation.batch_scoring`; left `evaluating`
+The contributions one valuation accepted (`pipeline.evaluation.batch_valuation`; left `evaluating`
 with a positive share) are paid together: the reward formula of `pipeline.rewards.formula` turns
 each share into tokens, each total is capped at `REWARD_MAX_TOKENS_PER_CONTRIBUTION`, and when the
 batch would take the model past `REWARD_MAX_TOKENS_PER_MODEL_PER_DAY` (UTC day, counted on the
@@ -39,9 +39,15 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.batch_scoring import EvaluationOutcome
-from pipeline.evaluation.batches import EVALUATING, REWARDED
-from pipeline.rewards.formula import TOKEN_DECIMALS
+from pipeline.evaluation.jobs import EVALUATING, REWARDED
+from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.rewards.formula import (
+    TOKEN_DECIMALS,
+    QualityFactors,
+    compute_reward,
+    split_reward,
+    to_checksum_address,
+)
 from pipeline.rewards.manifests import (
     MANIFEST_FILENAME,
     InvalidManifest,
@@ -171,12 +177,44 @@ def _valuation_members(
     svc: Services, evaluation_id: str
 ) -> tuple[list[_Member], dict[str, RewardOutcome]]:
     """The valuation's accepted contributions still to pay, and outcomes of those paid before."""
-    from pipeline.rewards.formula import compute_reward
+    members: list[_Member] = []
+    done: dict[str, RewardOutcome] = {}
+    for evaluation, job, dv, existing in _valuation_rows(svc, evaluation_id):
+        if job is None or dv is None or (evaluation.improvement_pct or 0) <= 0:
+            continue
+        if job.status not in (EVALUATING, REWARDED):
+            continue
+        if job.status == REWARDED or existing:
+            done[evaluation.id] = _paid_before(evaluation, job, dv.version, existing)
+            continue
+        breakdown = compute_reward(
+            float(evaluation.improvement_pct or 0.0), _factors(job, evaluation)
+        )
+        manifest, source, problem = resolve_manifest(svc, job, dv)
+        members.append(
+            _Member(
+                evaluation,
+                job,
+                dv.version,
+                breakdown.total_tokens,
+                breakdown.as_dict(),
+                manifest,
+                source,
+                problem,
+            )
+        )
+    return members, done
 
+
+def _valuation_rows(
+    svc: Services, evaluation_id: str
+) -> list[tuple[Evaluation, Contribution | None, DatasetVersion | None, Sequence[RewardEntry]]]:
+    """Each Evaluation of the valuation `evaluation_id` belongs to, with its job, dataset
+    version and reward entries already written."""
     with svc.db.session() as session:
         first = session.get(Evaluation, evaluation_id)
         if first is None or first.dataset_version_id is None:
-            return [], {}
+            return []
         if first.valuation_id is None:
             evaluations = [first]
         else:
@@ -199,42 +237,22 @@ def _valuation_members(
                 select(RewardEntry).where(RewardEntry.evaluation_id == evaluation.id)
             ).all()
             rows.append((evaluation, job, dv, existing))
-    members: list[_Member] = []
-    done: dict[str, RewardOutcome] = {}
-    for evaluation, job, dv, existing in rows:
-        if job is None or dv is None or (evaluation.improvement_pct or 0) <= 0:
-            continue
-        if job.status not in (EVALUATING, REWARDED):
-            continue
-        if job.status == REWARDED or existing:
-            reward = (job.quality or {}).get("reward", {})
-            done[evaluation.id] = RewardOutcome(
-                dv.version,
-                evaluation.id,
-                float(job.tokens or math.fsum(e.tokens for e in existing)),
-                float(reward.get("total_tokens", job.tokens or 0.0)),
-                [{"wallet": e.wallet_address, "tokens": e.tokens} for e in existing],
-                "already paid",
-                **_figures(evaluation, job),
-            )
-            continue
-        breakdown = compute_reward(
-            float(evaluation.improvement_pct or 0.0), _factors(job, evaluation)
-        )
-        manifest, source, problem = resolve_manifest(svc, job, dv)
-        members.append(
-            _Member(
-                evaluation,
-                job,
-                dv.version,
-                breakdown.total_tokens,
-                breakdown.as_dict(),
-                manifest,
-                source,
-                problem,
-            )
-        )
-    return members, done
+    return rows
+
+
+def _paid_before(
+    evaluation: Evaluation, job: Contribution, version: str, existing: Sequence[RewardEntry]
+) -> RewardOutcome:
+    reward = (job.quality or {}).get("reward", {})
+    return RewardOutcome(
+        version,
+        evaluation.id,
+        float(job.tokens or math.fsum(e.tokens for e in existing)),
+        float(reward.get("total_tokens", job.tokens or 0.0)),
+        [{"wallet": e.wallet_address, "tokens": e.tokens} for e in existing],
+        "already paid",
+        **_figures(evaluation, job),
+    )
 
 
 def _factors(job: Contribution, evaluation: Evaluation) -> Any:
@@ -244,8 +262,6 @@ def _factors(job: Contribution, evaluation: Evaluation) -> Any:
     (`quality.integrity.novel_share`), else within the contribution. Volume is the rows the
     valuation accepted in the batch, so one dataset cut into pieces earns what it would whole.
     """
-    from pipeline.rewards.formula import QualityFactors
-
     quality = job.quality or {}
     checks = quality.get("checks", {})
     integrity = quality.get("integrity") or {}
@@ -284,8 +300,6 @@ def _apply_daily_cap(session: Any, cap_tokens: float, members: list[_Member]) ->
 
 
 def _write_payment(session: Any, member: _Member) -> None:
-    from pipeline.rewards.formula import split_reward
-
     job = member.job
     tokens = member.units / _TOKEN_UNITS
     parts: list[tuple[str, float]] = []
@@ -390,8 +404,6 @@ def _clamp(value: Any) -> float:
 
 def canonical_wallet(address: str) -> str:
     """The EIP-55 spelling: the ledger stores and looks wallets up in one spelling."""
-    from pipeline.rewards.formula import to_checksum_address
-
     return to_checksum_address(address)
 
 

@@ -29,7 +29,7 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected.
 
-Pure computation on DataFrames: `pipeline.evaluation.batch_scoring` reads and writes the database
+Pure computation on DataFrames: `pipeline.evaluation.batch_valuation` reads and writes the database
 around it.
 """
 
@@ -43,18 +43,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
+
 from pipeline.evaluation.metrics import (
-    BenchmarkScorer,
     Predictions,
     improvement_denominator,
     metric_samples,
     metric_score,
 )
+from pipeline.evaluation.scorer import BenchmarkScorer
 
 if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
     from pipeline.core.config import Settings
 
 # Fixed, so the same data always gets the same interval and the same shares.
@@ -120,8 +120,6 @@ class Player:
 
 def frame_fingerprint(frame: pd.DataFrame) -> str:
     """A hash of a frame's rows and columns: equal frames get equal fingerprints."""
-    import pandas as pd
-
     digest = hashlib.sha256()
     digest.update("\x1f".join(map(str, frame.columns)).encode())
     digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
@@ -174,8 +172,6 @@ def improvement_interval(
     Each resample draws the benchmark rows with replacement (the same rows for both models,
     hence paired) and recomputes both metrics on it, vectorised over a block of resamples.
     """
-    import numpy as np
-
     rows = len(without.y_true)
     rng = np.random.default_rng(seed)
     block = max(1, min(resamples, _BLOCK_CELLS // max(rows, 1)))
@@ -227,8 +223,6 @@ def kernel_coalitions(players: int, budget: int) -> dict[tuple[int, ...], float]
     remaining weight equally. With a budget of 2^n - 2 every coalition is enumerated and the
     result is the exact Shapley value.
     """
-    import numpy as np
-
     n = players
     size_weight = {s: (n - 1) / (s * (n - s)) for s in range(1, n)}
     scale = math.fsum(size_weight.values())
@@ -266,8 +260,6 @@ def kernel_shapley(
     """Shapley values estimated by KernelSHAP: a weighted least-squares fit of v over the
     coalitions of `kernel_coalitions`, constrained to add up to v(all players).
     """
-    import numpy as np
-
     n = len(players)
     total = value(frozenset(players))
     if n == 1:
@@ -318,8 +310,6 @@ class _Game:
         higher_is_better: bool,
         workers: int,
     ) -> None:
-        import pandas as pd
-
         self.scorer = scorer
         self.players = players
         self.higher_is_better = higher_is_better
@@ -332,8 +322,6 @@ class _Game:
         self.trained = 1
 
     def frame(self, coalition: Coalition) -> pd.DataFrame:
-        import pandas as pd
-
         parts = [self.base, *(self.players[i].frame for i in sorted(coalition))]
         return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
@@ -379,37 +367,10 @@ def value_batch(
     split equally between them: a copy neither doubles the pay nor takes a bigger part of the
     pool from the others.
     """
-    groups: dict[str, list[Player]] = {}
-    for player in players:
-        fingerprint = player.fingerprint or frame_fingerprint(player.frame)
-        groups.setdefault(fingerprint, []).append(Player(player.key, player.frame, fingerprint))
-    # Canonical order (by content): the submission order changes nothing.
-    units = [sorted(groups[f], key=lambda p: p.key) for f in sorted(groups)]
+    units = _units(players)
     game = _Game(scorer, base, [unit[0] for unit in units], higher_is_better, settings.workers)
-    active = list(range(len(units)))
-    method = EXACT if len(active) <= settings.exact_max_players else SAMPLED
-    rejected: dict[int, str] = {}
-    shares: dict[int, float] = {}
-    proportional = False
-    while active:
-        game.prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
-        exact = len(active) <= settings.exact_max_players
-        if exact:
-            round_shares = exact_shapley(active, game.value)
-        else:
-            budget = sampling_budget(len(active), settings.shapley_budget)
-            round_shares = kernel_shapley(active, game.value, budget)
-        shares.update(round_shares)
-        losing = [i for i in active if round_shares[i] <= 0]
-        rejected.update(dict.fromkeys(losing, SHARE_REJECTED))
-        if not losing:
-            break
-        active = [i for i in active if round_shares[i] > 0]
-        if not exact:
-            # Replaying a sampled game would cost another budget of models: the rest share
-            # their own pool in proportion to the values they were just given.
-            proportional = True
-            break
+    method = EXACT if len(units) <= settings.exact_max_players else SAMPLED
+    active, shares, rejected, proportional = _play_rounds(game, len(units), settings)
 
     final = frozenset(active) if active else frozenset(range(len(units)))
     with_predictions = game.predictions(final)
@@ -449,12 +410,54 @@ def value_batch(
     )
 
 
+def _units(players: Sequence[Player]) -> list[list[Player]]:
+    """Players grouped by identical rows, in canonical order (by content): the submission
+    order changes nothing."""
+    groups: dict[str, list[Player]] = {}
+    for player in players:
+        fingerprint = player.fingerprint or frame_fingerprint(player.frame)
+        groups.setdefault(fingerprint, []).append(Player(player.key, player.frame, fingerprint))
+    return [sorted(groups[f], key=lambda p: p.key) for f in sorted(groups)]
+
+
+def _play_rounds(
+    game: _Game, units: int, settings: ValuationSettings
+) -> tuple[list[int], dict[int, float], dict[int, str], bool]:
+    """Shapley rounds: units with a share not above 0 are rejected and the rest play again.
+
+    Returns the units left, every unit's last share, the rejected units with why, and whether
+    the shares left must be scaled to their own pool (a sampled round is not replayed).
+    """
+    active = list(range(units))
+    rejected: dict[int, str] = {}
+    shares: dict[int, float] = {}
+    while active:
+        game.prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
+        exact = len(active) <= settings.exact_max_players
+        if exact:
+            round_shares = exact_shapley(active, game.value)
+        else:
+            budget = sampling_budget(len(active), settings.shapley_budget)
+            round_shares = kernel_shapley(active, game.value, budget)
+        shares.update(round_shares)
+        losing = [i for i in active if round_shares[i] <= 0]
+        rejected.update(dict.fromkeys(losing, SHARE_REJECTED))
+        if not losing:
+            break
+        active = [i for i in active if round_shares[i] > 0]
+        if not exact:
+            # Replaying a sampled game would cost another budget of models: the rest share
+            # their own pool in proportion to the values they were just given.
+            return active, shares, rejected, True
+    return active, shares, rejected, False
+
+
 def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
     """The job view's `valuation`: pool, share, interval and integrity counts of a job.
 
-    Read from the job's `quality` JSON (`valuation` written by `pipeline.evaluation.batch_scoring`,
-    `integrity` by the integrity check, `reward` by `pipeline.rewards.payouts`); None before
-    valuation.
+    Read from the job's `quality` JSON (`valuation` written by
+    `pipeline.evaluation.batch_valuation`, `integrity` by the integrity check, `reward` by
+    `pipeline.rewards.payouts`); None before valuation.
     """
     quality = quality or {}
     valuation = quality.get("valuation")

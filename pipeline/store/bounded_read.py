@@ -32,12 +32,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    import pyarrow.parquet as pq
+import pyarrow.parquet as pq
+from pyarrow import csv
 
 MB = 1024 * 1024
 BATCH_BYTES = 64 * MB
@@ -155,8 +153,6 @@ def iter_parquet_batches(
 
 def read_parquet_table(path: Path, budget: ReadBudget | None = None) -> pa.Table:
     """The whole file as a table, after the footer check, read within the budget."""
-    import pyarrow.parquet as pq
-
     size = path.stat().st_size
     budget = budget or ReadBudget.for_file(size)
     parquet = pq.ParquetFile(path)
@@ -168,8 +164,6 @@ def read_parquet_table(path: Path, budget: ReadBudget | None = None) -> pa.Table
 
 def read_csv_table(path: Path, budget: ReadBudget | None = None) -> pa.Table:
     """A CSV file as a table (empty fields are nulls), held to the budget (see module)."""
-    from pyarrow import csv
-
     size = path.stat().st_size
     budget = budget or ReadBudget.for_file(size)
     table = csv.read_csv(

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+import boto3
+from botocore.exceptions import ClientError
+
 from pipeline.core.config import Settings
 from pipeline.core.tempfiles import locked_temp_file
 
@@ -200,8 +203,6 @@ class S3ObjectStore:
             yield path
 
     def head(self, key: str) -> dict[str, Any] | None:
-        from botocore.exceptions import ClientError
-
         try:
             head: dict[str, Any] = self.client.head_object(Bucket=self.bucket, Key=key)
             return head
@@ -222,8 +223,6 @@ class S3ObjectStore:
 
 
 def s3_client(settings: Settings, service: str = "s3") -> Any:
-    import boto3
-
     return boto3.client(
         service, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region
     )

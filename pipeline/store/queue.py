@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
-from urllib.parse import unquote_plus
+from urllib.parse import quote_plus, unquote_plus
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import ArrivalEvent, isoformat_utc, utcnow
-from pipeline.store.objectstore import StoredObject
+from pipeline.store.objectstore import StoredObject, s3_client
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,6 @@ class ArrivalQueue(Protocol):
 
 def s3_event_body(bucket: str, stored: StoredObject) -> str:
     """An `ObjectCreated:Put` notification as S3 would send it (key URL-encoded)."""
-    from urllib.parse import quote_plus
-
     record = {
         "eventVersion": "2.1",
         "eventSource": "aws:s3",
@@ -175,8 +173,6 @@ def arrival_queue_from_settings(
 ) -> ArrivalQueue:
     """SQS when DATASET_ARRIVAL_SQS_QUEUE_URL is set, else the embedded queue table."""
     if settings.dataset_arrival_sqs_queue_url:
-        from pipeline.store.objectstore import s3_client
-
         return SqsArrivalQueue(
             settings.dataset_arrival_sqs_queue_url,
             s3_client(settings, "sqs"),

@@ -27,7 +27,7 @@ from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.orm import Session
 
 from pipeline.core.tables import Contribution, DatasetVersion, Evaluation, Model
-from pipeline.evaluation.batches import FAILED, REJECTED, REWARDED
+from pipeline.evaluation.jobs import FAILED, REJECTED, REWARDED
 
 FINAL_STATUSES = (REWARDED, REJECTED, FAILED)
 

@@ -20,24 +20,23 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap import Services
+from pipeline.checks import dataset_batches, fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
-from pipeline.checks.integrity import (
-    accepted_keys_key,
+from pipeline.checks.benchmark_fingerprints import (
     benchmark_fingerprint_key,
     benchmark_summary,
-    count_benchmark_copies,
     model_benchmarks,
-    novel_rows,
-    record_accepted_fingerprints,
 )
+from pipeline.checks.integrity import count_benchmark_copies
+from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_accepted_fingerprints
 from pipeline.checks.labels import check_labels
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import accepted_items
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED
+from pipeline.evaluation.datasets import accepted_items
+from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (
     BENCHMARK_ROWS,
@@ -65,7 +64,7 @@ def build(
 ) -> Path:
     out = tmp_path / f"fp-{len(list(tmp_path.iterdir()))}.bin"
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    fp.build_fingerprints(
+    fingerprint_files.build_fingerprints(
         lambda: table.to_batches(max_chunksize=chunk),
         columns=fp.fingerprint_columns(list(frame.columns), "target"),
         target="target",
@@ -77,7 +76,7 @@ def build(
 
 
 def copies(path: Path, query: pd.DataFrame, tolerance: float = 0.01) -> Any:
-    with fp.open_fingerprints(path) as fingerprints:
+    with fingerprint_files.open_fingerprints(path) as fingerprints:
         keys = fp.frame_keys(fingerprints.scheme, query)
         return count_benchmark_copies(keys, fingerprints, tolerance=tolerance, version="v1")
 
@@ -148,7 +147,7 @@ def test_a_dense_table_allows_chance_matches_but_still_refuses_copies(tmp_path: 
     # honest rows. The chance rate measured on the benchmark itself makes room for them.
     bench = pd.DataFrame(churn_rows(10_000, seed=1)).rename(columns={"churned": "target"})
     path = build(bench, tmp_path, chunk=3000)
-    with fp.open_fingerprints(path) as fingerprints:
+    with fingerprint_files.open_fingerprints(path) as fingerprints:
         rates = dict(
             zip(fingerprints.scheme.tiers, fingerprints.summary.chance_rates(), strict=True)
         )
@@ -167,7 +166,7 @@ def test_a_value_moved_across_a_cell_boundary_is_still_found(tmp_path: Path) -> 
     bench["target"] = (bench["x"] > 0).astype(int)
     path = build(bench, tmp_path)
     tier = 2  # cells 0.05 standard deviations wide
-    with fp.open_fingerprints(path) as fingerprints:
+    with fingerprint_files.open_fingerprints(path) as fingerprints:
         scheme = fingerprints.scheme
         cell = scheme.widths[tier - 1] * scheme.scales[0]
         z = (bench["x"] - scheme.means[0]) / cell
@@ -195,7 +194,7 @@ def test_fingerprints_do_not_depend_on_batches_or_file_format(tmp_path: Path) ->
     arrays = []
     for path, file_format in ((csv_path, "csv"), (parquet_path, "parquet")):
         out = tmp_path / f"{file_format}.fp"
-        summary = fp.fingerprint_file(
+        summary = fingerprint_files.fingerprint_file(
             path,
             file_format,
             columns=columns,
@@ -205,7 +204,7 @@ def test_fingerprints_do_not_depend_on_batches_or_file_format(tmp_path: Path) ->
             tmp_root=tmp_path,
         )
         assert summary.rows == 700
-        with fp.open_fingerprints(out) as fingerprints:
+        with fingerprint_files.open_fingerprints(out) as fingerprints:
             arrays.append([np.array(k) for k in fingerprints.tier_keys])
             assert "split" not in fingerprints.scheme.columns
     for csv_keys, parquet_keys in zip(*arrays, strict=True):
@@ -214,15 +213,18 @@ def test_fingerprints_do_not_depend_on_batches_or_file_format(tmp_path: Path) ->
     many = build(
         bench.drop(columns="split").rename(columns={"churned": "target"}), tmp_path, chunk=13
     )
-    with fp.open_fingerprints(one_batch) as a, fp.open_fingerprints(many) as b:
+    with (
+        fingerprint_files.open_fingerprints(one_batch) as a,
+        fingerprint_files.open_fingerprints(many) as b,
+    ):
         assert all(np.array_equal(x, y) for x, y in zip(a.tier_keys, b.tier_keys, strict=True))
 
 
 @pytest.fixture
 def small_csv_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """CSV types are guessed from the first block: make blocks small so that "late" is near."""
-    monkeypatch.setattr(fp, "CSV_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(fp, "CSV_HEAD_BYTES", 4096)
+    monkeypatch.setattr(dataset_batches, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(dataset_batches, "CSV_HEAD_BYTES", 4096)
 
 
 def late_text_csv(path: Path) -> Path:
@@ -236,7 +238,7 @@ def test_a_csv_column_that_turns_to_text_late_is_read_again_as_text(
 ) -> None:
     path = late_text_csv(tmp_path / "late.csv")
     out = tmp_path / "late.fp"
-    summary = fp.fingerprint_file(
+    summary = fingerprint_files.fingerprint_file(
         path,
         "csv",
         columns=("x", "target"),
@@ -571,7 +573,7 @@ def test_accepted_fingerprints_are_cached_once_per_version_and_agree_across_thre
 def test_integrity_checks_skip_versions_no_longer_validating(
     svc: Services, db: Database, store: LocalObjectStore
 ) -> None:
-    from pipeline.evaluation.batches import claim_batch
+    from pipeline.evaluation.claims import claim_batch
 
     add_benchmark(db, store)
     _, version = contribute(db, store, churn_rows(200, seed=1), with_manifest=manifest())
@@ -619,7 +621,7 @@ def test_benchmark_upload_fingerprints_its_rows_outside_datasets(
 def test_the_label_reference_samples_a_csv_benchmark_whose_column_turns_to_text(
     svc: Services, db: Database, store: LocalObjectStore, small_csv_blocks: None
 ) -> None:
-    from pipeline.checks.integrity import benchmark_sample
+    from pipeline.checks.benchmark_fingerprints import benchmark_sample
 
     rows = [{"x": i, "target": i % 2} for i in range(5_000)] + [{"x": "n/a-yet", "target": 1}]
     add_benchmark(db, store, rows, target_column="target")

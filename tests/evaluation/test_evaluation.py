@@ -12,13 +12,9 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.metrics import f1_score
 
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.evaluation.metrics import (
-    METRICS,
-    evaluate_contribution,
-    improvement_pct,
-    score_model,
-    validate_metric,
-)
+from pipeline.evaluation.comparison import evaluate_contribution
+from pipeline.evaluation.metrics import METRICS, improvement_pct, validate_metric
+from pipeline.evaluation.scorer import score_model
 from pipeline.models.estimators import build_estimator
 
 

@@ -28,18 +28,9 @@ from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, utcnow
-from pipeline.evaluation.batches import (
-    EVALUATING,
-    FAILED,
-    QUEUED,
-    VALIDATING,
-    LeaseKeeper,
-    claim_batch,
-    expire_leases,
-    renew_leases,
-    requeued_jobs,
-    transition,
-)
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.jobs import EVALUATING, FAILED, QUEUED, VALIDATING, transition
+from pipeline.evaluation.leases import LeaseKeeper, expire_leases, renew_leases, requeued_jobs
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job
 
@@ -259,7 +250,8 @@ CLAIMER = textwrap.dedent(
 
     sys.path.insert(0, sys.argv[1])
     from pipeline.bootstrap import Services
-    from pipeline.evaluation.batches import LeaseKeeper, claim_batch
+    from pipeline.evaluation.claims import claim_batch
+    from pipeline.evaluation.leases import LeaseKeeper
     from pipeline.core.config import load_settings
 
     settings = load_settings()

@@ -21,15 +21,10 @@ from pipeline.core.db import Database
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import Contribution, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import benchmark_eval_rows, rescore_model
-from pipeline.evaluation.batches import (
-    EVALUATING,
-    QUEUED,
-    REJECTED,
-    REWARDED,
-    VALIDATING,
-    claim_batch,
-)
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.datasets import benchmark_eval_rows
+from pipeline.evaluation.jobs import EVALUATING, QUEUED, REJECTED, REWARDED, VALIDATING
+from pipeline.evaluation.rescore import rescore_model
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.payouts import pay_evaluation
@@ -475,7 +470,7 @@ def test_a_run_stopped_before_rewards_is_paid_by_the_next_run(
 ) -> None:
     from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
     from pipeline.evaluation.batch_scoring import evaluate_batch
-    from pipeline.evaluation.batches import claim_batch
+    from pipeline.evaluation.claims import claim_batch
 
     add_benchmark(db, store)
     job_id, version = contribute(db, store, with_manifest=manifest())

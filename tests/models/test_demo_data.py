@@ -24,8 +24,8 @@ from pipeline.demo.demo_data import (
     demo_wallet,
     make_demo_data,
 )
-from pipeline.evaluation.batches import REWARDED
-from pipeline.evaluation.metrics import evaluate_contribution
+from pipeline.evaluation.comparison import evaluate_contribution
+from pipeline.evaluation.jobs import REWARDED
 from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.manifests import parse_manifest

@@ -22,7 +22,8 @@ from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.batch_scoring import evaluate_batch
-from pipeline.evaluation.batches import EVALUATING, REJECTED, REWARDED, claim_batch
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch
@@ -390,7 +391,7 @@ def test_a_batch_is_paid_all_or_nothing(
 def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
     svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pipeline.rewards.valuation as valuation
+    import pipeline.evaluation.batch_valuation as valuation
 
     add_benchmark(db, store)
     (a_id, _), (b_id, last) = (
@@ -422,7 +423,7 @@ def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
 def test_a_contribution_the_metric_refuses_is_rejected_alone(
     svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pipeline.evaluation.batch_scoring as scoring
+    import pipeline.evaluation.batch_valuation as scoring
 
     add_benchmark(db, store)
     good_id, _ = contribute(db, store, churn_rows(200, seed=2), with_manifest=manifest())

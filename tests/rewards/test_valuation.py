@@ -15,12 +15,12 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
 
 from pipeline.evaluation.metrics import (
-    BenchmarkScorer,
     improvement_floor,
     improvement_pct,
     metric_samples,
     metric_score,
 )
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import (
     EXACT,
     NOISE,

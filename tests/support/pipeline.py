@@ -20,8 +20,10 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import EvaluationOutcome, evaluate_batch
-from pipeline.evaluation.batches import Batch, claim_batch
+from pipeline.evaluation.batch_scoring import evaluate_batch
+from pipeline.evaluation.batches import Batch
+from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.intake.contributions import ContributionRequest, submit_contribution
 from pipeline.models.registry import ModelDefinition, allocate_version, register_model
 from pipeline.rewards.payouts import RewardOutcome, pay_batch

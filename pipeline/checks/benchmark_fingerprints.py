@@ -1,0 +1,200 @@
+"""Benchmark fingerprints of a model: where they are stored, building them when missing, and
+reading a benchmark's rows for the checks.
+
+Every benchmark version of the model is fingerprinted at upload (`fingerprint_benchmark_file`,
+called by `pipeline.intake.uploads`), or by the pipeline when its fingerprints are missing
+(`ensure_benchmark_fingerprints`), and stored at `integrity/{model_id}/{version}/` in the object
+store (outside `datasets/`, so no arrival is triggered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from sqlalchemy import select
+
+from pipeline.bootstrap import Services
+from pipeline.checks.dataset_batches import RetypeColumns, file_batches
+from pipeline.checks.fingerprint_files import (
+    Fingerprints,
+    FingerprintSummary,
+    fingerprint_file,
+    open_fingerprints,
+    read_footer,
+)
+from pipeline.checks.fingerprints import fingerprint_columns
+from pipeline.checks.quality import read_dataset
+from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
+from pipeline.evaluation.batches import VersionItem, version_item
+
+log = logging.getLogger(__name__)
+
+PREFIX = "integrity"
+
+
+def benchmark_fingerprint_key(model_id: int, version: str) -> str:
+    return f"{PREFIX}/{model_id}/{version}/benchmark.fingerprints"
+
+
+def fingerprint_benchmark_file(
+    path: Path,
+    file_format: str,
+    *,
+    columns: Sequence[str],
+    target_column: str,
+    input_columns: Sequence[str],
+    task_type: str,
+    out: Path,
+    tmp_root: Path,
+) -> FingerprintSummary:
+    """Fingerprint a benchmark file's rows (input columns and target) into the file `out`."""
+    return fingerprint_file(
+        path,
+        file_format,
+        columns=fingerprint_columns(columns, target_column, input_columns),
+        target=target_column,
+        classification=task_type == "classification",
+        out=out,
+        tmp_root=tmp_root,
+    )
+
+
+@dataclass(frozen=True)
+class BenchmarkRef:
+    """One benchmark version of a model: where its file and fingerprints are."""
+
+    spec_id: str
+    model_id: int
+    version: str
+    version_number: int
+    item: VersionItem
+    target_column: str
+    input_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+
+    @property
+    def fingerprint_key(self) -> str:
+        return benchmark_fingerprint_key(self.model_id, self.version)
+
+
+def model_benchmarks(svc: Services, model_id: int) -> list[BenchmarkRef]:
+    """Every benchmark version of the model, newest first."""
+    with svc.db.session() as session:
+        rows = session.execute(
+            select(BenchmarkSpec, DatasetVersion)
+            .join(DatasetVersion, BenchmarkSpec.dataset_version_id == DatasetVersion.id)
+            .where(BenchmarkSpec.model_id == model_id)
+            .order_by(DatasetVersion.version_number.desc(), BenchmarkSpec.created_at.desc())
+        ).all()
+    return [
+        BenchmarkRef(
+            spec.id,
+            model_id,
+            dv.version,
+            dv.version_number,
+            version_item(dv, benchmark_spec_id=spec.id),
+            spec.target_column,
+            tuple(spec.input_columns or ()),
+            tuple(dv.columns or spec.columns or ()),
+        )
+        for spec, dv in rows
+    ]
+
+
+def model_task(svc: Services, model_id: int) -> tuple[str, str]:
+    """The model's task type and estimator."""
+    with svc.db.session() as session:
+        model = session.get(Model, model_id)
+        if model is None:
+            raise LookupError(f"model {model_id} not found")
+        return model.task_type, model.estimator
+
+
+def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
+    """The key of the benchmark's fingerprints, building and storing them when missing.
+
+    Benchmarks uploaded through the API are fingerprinted at upload; this covers the others
+    (and any older than fingerprints). Building twice concurrently writes the same bytes.
+    """
+    key = ref.fingerprint_key
+    if svc.store.exists(key):
+        return key
+    task_type, _ = model_task(svc, ref.model_id)
+    tmp_root = svc.settings.data_dir / "tmp" / "fingerprints"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    with svc.store.local_path(ref.item.object_key) as path:
+        columns = ref.columns or tuple(_file_columns(path, ref.item.file_format))
+        handle, name = tempfile.mkstemp(dir=tmp_root, suffix=".fingerprints")
+        os.close(handle)
+        out = Path(name)
+        try:
+            summary = fingerprint_benchmark_file(
+                path,
+                ref.item.file_format,
+                columns=columns,
+                target_column=ref.target_column,
+                input_columns=ref.input_columns,
+                task_type=task_type,
+                out=out,
+                tmp_root=tmp_root,
+            )
+            svc.store.put_file(key, out)
+        finally:
+            out.unlink(missing_ok=True)
+    log.info(
+        "model %s %s: fingerprinted %d benchmark rows", ref.model_id, ref.version, summary.rows
+    )
+    return key
+
+
+def _file_columns(path: Path, file_format: str) -> list[str]:
+    return [str(c) for c in read_dataset(path, file_format).columns]
+
+
+@contextlib.contextmanager
+def opened_fingerprints(svc: Services, key: str) -> Iterator[Fingerprints]:
+    with svc.store.local_path(key) as path, open_fingerprints(path) as fingerprints:
+        yield fingerprints
+
+
+def benchmark_summary(svc: Services, key: str) -> FingerprintSummary:
+    with svc.store.local_path(key) as path:
+        return FingerprintSummary.from_json(read_footer(path))
+
+
+def benchmark_sample(
+    svc: Services, ref: BenchmarkRef, columns: Sequence[str], size: int
+) -> pd.DataFrame:
+    """A seeded uniform sample of a benchmark's rows (`columns` only), read batch by batch."""
+    with svc.store.local_path(ref.item.object_key) as path:
+        source = file_batches(path, ref.item.file_format, columns)
+        for _ in range(len(columns) + 2):
+            rng = np.random.default_rng(0)
+            kept: pa.Table | None = None
+            priorities = np.empty(0)
+            try:
+                for batch in source():
+                    table = pa.Table.from_batches([batch])
+                    draws = rng.random(table.num_rows)
+                    if kept is not None:
+                        table = pa.concat_tables([kept, table.cast(kept.schema)])
+                        draws = np.concatenate([priorities, draws])
+                    if table.num_rows > size:
+                        keep = np.sort(np.argpartition(draws, size)[:size])
+                        table, draws = table.take(pa.array(keep)), draws[keep]
+                    kept, priorities = table, draws
+            except RetypeColumns:
+                continue  # a CSV column turned out to be text: read again
+            break
+    if kept is None:
+        return pd.DataFrame(columns=list(columns))
+    return kept.to_pandas()

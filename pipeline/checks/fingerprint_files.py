@@ -1,0 +1,456 @@
+"""Fingerprint files: a reference's fingerprints built from a stream of record batches with
+bounded memory, written as one file, and read back memory-mapped.
+
+A file holds each tier's sorted, distinct keys (uint64), a JSON footer (the scheme: columns,
+statistics, widths; rows; tier figures), the footer's length and a magic. Keys go to per-tier
+partition files by their top bits and each partition is sorted on its own, so a 500 MB
+benchmark needs a few MB of keys in memory at a time. Only keys and these statistics are kept,
+never values.
+
+How often the reference's own rows match each other in a tier (its *chance rate*, measured on a
+reservoir sample of `CHANCE_SAMPLE_ROWS` rows probed against the whole reference) says how much
+a match means there: in a dense, low-dimensional table a coarse cell holds many honest rows.
+`pipeline.checks.integrity` weighs matches by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.checks.canonical_cells import CanonicalColumn, canonical_batch
+from pipeline.checks.dataset_batches import RetypeColumns, file_batches
+from pipeline.checks.fingerprints import (
+    SCHEME_VERSION,
+    RowKeys,
+    Scheme,
+    row_keys,
+    scheme_from_sample,
+)
+
+# Means and scales come from the first rows of the reference; chance rates from a reservoir.
+STATS_ROWS = 20_000
+CHANCE_SAMPLE_ROWS = 2_000
+SAMPLE_SEED = 20_240_611
+# Keys are computed on groups of at least this many rows (several reader batches).
+KEY_GROUP_ROWS = 65_536
+PARTITION_BITS = 5
+SPILL_BUFFER_BYTES = 32 * 1024
+# Keys of a tier are sorted and written to the partitions this many at a time.
+SPILL_KEYS = 256 * 1024
+MAGIC = b"MKFPRNT1"
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    name: str
+    distinct: int
+    chance_rate: float  # share of sampled reference rows matching another reference row
+
+
+@dataclass(frozen=True)
+class FingerprintSummary:
+    scheme: Scheme
+    rows: int
+    tiers: tuple[TierSummary, ...]
+    sample_rows: int
+
+    def chance_rates(self) -> list[float]:
+        return [t.chance_rate for t in self.tiers]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme.to_json(),
+            "rows": self.rows,
+            "sample_rows": self.sample_rows,
+            "tiers": [asdict(t) for t in self.tiers],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FingerprintSummary:
+        return cls(
+            Scheme.from_json(data["scheme"]),
+            int(data["rows"]),
+            tuple(
+                TierSummary(str(t["name"]), int(t["distinct"]), float(t["chance_rate"]))
+                for t in data["tiers"]
+            ),
+            int(data["sample_rows"]),
+        )
+
+
+class _Spill:
+    """Per-tier partition files of keys (by their top bits), each sorted on its own later."""
+
+    def __init__(self, folder: Path, tiers: int) -> None:
+        self.folder = folder
+        self.parts = 1 << PARTITION_BITS
+        self.bounds = np.arange(1, self.parts, dtype=np.uint64) << np.uint64(64 - PARTITION_BITS)
+        self.pending: list[list[np.ndarray]] = [[] for _ in range(tiers)]
+        self.pending_rows = [0] * tiers
+        self.files: list[list[IO[bytes]]] = [
+            [self._path(t, p).open("wb", buffering=SPILL_BUFFER_BYTES) for p in range(self.parts)]
+            for t in range(tiers)
+        ]
+
+    def _path(self, tier: int, part: int) -> Path:
+        return self.folder / f"t{tier}-p{part}.u64"
+
+    def add(self, tier: int, keys: np.ndarray) -> None:
+        self.pending[tier].append(keys)
+        self.pending_rows[tier] += len(keys)
+        if self.pending_rows[tier] >= SPILL_KEYS:
+            self._flush(tier)
+
+    def _flush(self, tier: int) -> None:
+        if not self.pending[tier]:
+            return
+        ordered = np.sort(np.concatenate(self.pending[tier]))
+        self.pending[tier].clear()
+        self.pending_rows[tier] = 0
+        for part, chunk in enumerate(np.split(ordered, np.searchsorted(ordered, self.bounds))):
+            if len(chunk):
+                self.files[tier][part].write(chunk.tobytes())
+
+    def close(self) -> None:
+        for tier, files in enumerate(self.files):
+            if not files[0].closed:
+                self._flush(tier)
+            for fh in files:
+                fh.close()
+
+    def partitions(self, tier: int) -> Iterator[np.ndarray]:
+        for part in range(self.parts):
+            path = self._path(tier, part)
+            yield np.fromfile(path, dtype=np.uint64)
+            path.unlink()
+
+
+class _Reservoir:
+    """A uniform sample of CHANCE_SAMPLE_ROWS rows' keys (algorithm R, seeded)."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(SAMPLE_SEED)
+        self.seen = 0
+        self.slots: RowKeys | None = None
+
+    def add(self, scheme: Scheme, cells: Sequence[CanonicalColumn | None], rows: int) -> None:
+        positions = np.arange(self.seen, self.seen + rows)
+        self.seen += rows
+        take_all = positions < CHANCE_SAMPLE_ROWS
+        slot = np.where(take_all, positions, -1)
+        later = ~take_all
+        if later.any():
+            draws = self.rng.integers(0, positions[later] + 1)
+            slot[later] = np.where(draws < CHANCE_SAMPLE_ROWS, draws, -1)
+        chosen = np.flatnonzero(slot >= 0)
+        if not len(chosen):
+            return
+        keys = row_keys(
+            scheme, [c.take(chosen) if c is not None else None for c in cells], probes=True
+        )
+        targets = slot[chosen]
+        first = take_all[chosen]  # the first CHANCE_SAMPLE_ROWS rows fill the slots in order
+        if first.any():
+            appended = keys.take(np.flatnonzero(first))
+            self.slots = appended if self.slots is None else _concat_keys(self.slots, appended)
+            keys, targets = keys.take(np.flatnonzero(~first)), targets[~first]
+        if self.slots is None or not len(targets):
+            return
+        # Later rows overwrite earlier ones in the same slot, as algorithm R does in order.
+        for column, values in zip(self.slots.raw, keys.raw, strict=True):
+            column[targets] = values
+        for column, values in zip(self.slots.distance, keys.distance, strict=True):
+            column[targets] = values
+        for column, values in zip(self.slots.delta, keys.delta, strict=True):
+            column[targets] = values
+
+
+def _concat_keys(a: RowKeys, b: RowKeys) -> RowKeys:
+    return RowKeys(
+        [np.concatenate([x, y]) for x, y in zip(a.raw, b.raw, strict=True)],
+        [np.concatenate([x, y]) for x, y in zip(a.distance, b.distance, strict=True)],
+        [np.concatenate([x, y]) for x, y in zip(a.delta, b.delta, strict=True)],
+    )
+
+
+def build_fingerprints(
+    open_batches: Callable[[], Iterable[pa.RecordBatch]],
+    *,
+    columns: Sequence[str],
+    target: str,
+    classification: bool,
+    out: Path,
+    tmp_root: Path,
+) -> FingerprintSummary:
+    """Fingerprint every row of the batches into the file `out` (see the module docstring).
+
+    `open_batches` starts the stream; a stream raising RetypeColumns is started again.
+    """
+    for _ in range(len(columns) + 2):
+        try:
+            return _build_once(
+                open_batches(),
+                columns=columns,
+                target=target,
+                classification=classification,
+                out=out,
+                tmp_root=tmp_root,
+            )
+        except RetypeColumns:
+            continue
+    raise RuntimeError("the batch source kept changing its column types")
+
+
+def _build_once(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    columns: Sequence[str],
+    target: str,
+    classification: bool,
+    out: Path,
+    tmp_root: Path,
+) -> FingerprintSummary:
+    iterator = iter(batches)
+    head, scheme = _scheme_from_head(iterator, columns, target, classification)
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="fingerprints-", dir=tmp_root))
+    try:
+        spill = _Spill(folder, len(scheme.tiers))
+        reservoir = _Reservoir()
+        try:
+            rows = _spill_keys(scheme, _chain(head, iterator), columns, spill, reservoir)
+        finally:
+            spill.close()
+        head.clear()
+        summary = _write(out, scheme, rows, spill, reservoir.slots)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return summary
+
+
+def _scheme_from_head(
+    iterator: Iterator[pa.RecordBatch], columns: Sequence[str], target: str, classification: bool
+) -> tuple[list[pa.RecordBatch], Scheme]:
+    """The first batches (at least STATS_ROWS rows, when there are) and the scheme they give."""
+    head: list[pa.RecordBatch] = []
+    seen = 0
+    for batch in iterator:
+        head.append(batch)
+        seen += batch.num_rows
+        if seen >= STATS_ROWS:
+            break
+    head_cells: list[CanonicalColumn | None] = [None] * len(columns)
+    if head:
+        head_cells = canonical_batch(pa.Table.from_batches(head), columns)
+    present = [c if c is not None else CanonicalColumn.missing(seen) for c in head_cells]
+    return head, scheme_from_sample(present, columns, target, classification)
+
+
+def _spill_keys(
+    scheme: Scheme,
+    batches: Iterable[pa.RecordBatch],
+    columns: Sequence[str],
+    spill: _Spill,
+    reservoir: _Reservoir,
+) -> int:
+    """Every row's keys to the spill files, sampled into the reservoir; the rows seen."""
+    rows = 0
+    pending: list[tuple[list[CanonicalColumn | None], int]] = []
+    pending_rows = 0
+
+    def flush() -> None:
+        if not pending_rows:
+            return
+        cells = _concat_cells(pending, pending_rows)
+        pending.clear()
+        keys = row_keys(scheme, cells)
+        for tier in range(len(scheme.tiers)):
+            spill.add(tier, keys.keys(tier))
+        reservoir.add(scheme, cells, pending_rows)
+
+    # Small reader blocks keep Arrow's memory low; keys are computed on groups of batches, so
+    # the per-call cost of the array operations is paid once per group.
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append((canonical_batch(batch, columns), batch.num_rows))
+        pending_rows += batch.num_rows
+        rows += batch.num_rows
+        if pending_rows >= KEY_GROUP_ROWS:
+            flush()
+            pending_rows = 0
+    flush()
+    return rows
+
+
+def _concat_cells(
+    groups: Sequence[tuple[Sequence[CanonicalColumn | None], int]], rows: int
+) -> list[CanonicalColumn | None]:
+    """Each column's cells over several batches (None only when no batch has the column)."""
+    columns: list[CanonicalColumn | None] = []
+    for index in range(len(groups[0][0])):
+        if all(cells[index] is None for cells, _ in groups):
+            columns.append(None)
+            continue
+        present = [cells[index] or CanonicalColumn.missing(count) for cells, count in groups]
+        if len(present) == 1:
+            columns.append(present[0])
+            continue
+        columns.append(
+            CanonicalColumn(
+                np.concatenate([p.kind for p in present]),
+                np.concatenate([p.number for p in present]),
+                np.concatenate([p.token for p in present]),
+            )
+        )
+    if all(c is None for c in columns):
+        columns[0] = CanonicalColumn.missing(rows)
+    return columns
+
+
+def _write(
+    out: Path, scheme: Scheme, rows: int, spill: _Spill, sample: RowKeys | None
+) -> FingerprintSummary:
+    sample_n = sample.rows if sample is not None else 0
+    summaries = []
+    offsets = []
+    with out.open("wb") as fh:
+        for tier, name in enumerate(scheme.tiers):
+            own_count = np.zeros(sample_n, dtype=np.int64)
+            matched = np.zeros(sample_n, dtype=bool)
+            probe_rows, probe_keys = _sample_probes(sample, tier)
+            start = fh.tell()
+            distinct = 0
+            for part in spill.partitions(tier):
+                keys, counts = np.unique(part, return_counts=True)
+                del part
+                fh.write(keys.tobytes())
+                distinct += len(keys)
+                if sample is not None and len(keys):
+                    own = sample.keys(tier)
+                    position = np.minimum(np.searchsorted(keys, own), len(keys) - 1)
+                    hit = keys[position] == own
+                    own_count[hit] += counts[position[hit]]
+                    # Probe keys are sorted: only those in this partition's range.
+                    lo = int(np.searchsorted(probe_keys, keys[0], side="left"))
+                    hi = int(np.searchsorted(probe_keys, keys[-1], side="right"))
+                    window = probe_keys[lo:hi]
+                    position = np.minimum(np.searchsorted(keys, window), len(keys) - 1)
+                    matched[probe_rows[lo:hi][keys[position] == window]] = True
+            offsets.append({"offset": start, "count": distinct})
+            rate = float(((own_count > 1) | matched).mean()) if sample_n else 0.0
+            summaries.append(TierSummary(name, distinct, rate))
+        summary = FingerprintSummary(scheme, rows, tuple(summaries), sample_n)
+        footer = json.dumps({**summary.to_json(), "arrays": offsets}).encode()
+        fh.write(footer)
+        fh.write(len(footer).to_bytes(8, "little"))
+        fh.write(MAGIC)
+    return summary
+
+
+def _sample_probes(sample: RowKeys | None, tier: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, key) of the sample rows' neighbouring-cell keys, other than their own key."""
+    if sample is None or tier == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
+    probes = sample.probes(tier)
+    others = probes != probes[:, :1]  # column 0 is the row's own cell
+    rows = np.nonzero(others)[0].astype(np.int32)
+    keys = probes[others]
+    del probes, others
+    order = np.argsort(keys)
+    return rows[order], keys[order]
+
+
+def _chain(first: Iterable[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+    yield from first
+    yield from rest
+
+
+# --- reading a stored fingerprint file -------------------------------------------------------
+
+
+class FingerprintFormatError(ValueError):
+    """The bytes are not a fingerprint file of this scheme version."""
+
+
+@dataclass
+class Fingerprints:
+    """An opened fingerprint file: its summary and each tier's sorted keys."""
+
+    summary: FingerprintSummary
+    tier_keys: list[np.ndarray]
+
+    @property
+    def scheme(self) -> Scheme:
+        return self.summary.scheme
+
+
+def read_footer(path: Path) -> dict[str, Any]:
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        if size < 16:
+            raise FingerprintFormatError("the file is too short")
+        fh.seek(size - 16)
+        tail = fh.read(16)
+        if tail[8:] != MAGIC:
+            raise FingerprintFormatError("not a fingerprint file")
+        length = int.from_bytes(tail[:8], "little")
+        if not 0 < length <= size - 16:
+            raise FingerprintFormatError("bad footer length")
+        fh.seek(size - 16 - length)
+        meta: dict[str, Any] = json.loads(fh.read(length))
+    if int(meta.get("scheme", {}).get("version", -1)) != SCHEME_VERSION:
+        raise FingerprintFormatError("another scheme version")
+    return meta
+
+
+@contextlib.contextmanager
+def open_fingerprints(path: Path) -> Iterator[Fingerprints]:
+    """Memory-map a fingerprint file; its arrays are valid inside the `with` block only."""
+    meta = read_footer(path)
+    arrays: list[np.ndarray] = []
+    for entry in meta["arrays"]:
+        count = int(entry["count"])
+        if count == 0:
+            arrays.append(np.empty(0, dtype=np.uint64))
+        else:
+            arrays.append(
+                np.memmap(
+                    path, dtype=np.uint64, mode="r", offset=int(entry["offset"]), shape=(count,)
+                )
+            )
+    try:
+        yield Fingerprints(FingerprintSummary.from_json(meta), arrays)
+    finally:
+        arrays.clear()
+
+
+def fingerprint_file(
+    path: Path,
+    file_format: str,
+    *,
+    columns: Sequence[str],
+    target: str,
+    classification: bool,
+    out: Path,
+    tmp_root: Path,
+) -> FingerprintSummary:
+    """Fingerprint a CSV/Parquet file (streamed) into the file `out`."""
+    return build_fingerprints(
+        file_batches(path, file_format, columns),
+        columns=columns,
+        target=target,
+        classification=classification,
+        out=out,
+        tmp_root=tmp_root,
+    )

@@ -1,0 +1,404 @@
+"""Valuation of a batch's contributions together, and the verdict written for each.
+
+The contributions of a run that passed the checks (`validating`) move to `evaluating` and are
+valued together on the model's newest benchmark against the model trained on the accepted
+data (`pipeline.rewards.valuation`): the batch's improvement is the pool, each contribution's share
+is its Shapley value among the batch's contributions. A contribution with a positive share in
+a batch whose improvement interval lies above 0 stays `evaluating` with "rewards pending"
+(`pipeline.rewards.payouts` pays the batch); one whose share is not positive, or every one of a
+batch within noise, is `rejected` with the figures; an unexpected error moves it to `failed`. The
+contributions, pool, shares and interval are written in one transaction. A contribution of
+a model without any BenchmarkSpec goes back to `queued` with a reason and is evaluated by the
+first run after a benchmark arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from sqlalchemy.orm import Session
+
+from pipeline.bootstrap import Services
+from pipeline.checks.known_rows import novel_rows
+from pipeline.core.errors import DomainError
+from pipeline.core.tables import BenchmarkSpec, Contribution, Evaluation, new_uuid, utcnow
+from pipeline.evaluation.batches import Batch, VersionItem
+from pipeline.evaluation.datasets import (
+    BenchmarkData,
+    DatasetFrames,
+    accepted_items,
+    concat_frames,
+    latest_benchmark,
+    model_settings,
+)
+from pipeline.evaluation.jobs import (
+    EVALUATING,
+    FAILED,
+    QUEUED,
+    REJECTED,
+    VALIDATING,
+    fail_job,
+    transition,
+)
+from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.valuation import (
+    NOISE,
+    BatchValuation,
+    Player,
+    ValuationSettings,
+    value_batch,
+)
+
+log = logging.getLogger(__name__)
+
+# A batch's players by contribution id: the batch item and the rows valued.
+Players = dict[str, tuple[VersionItem, Player]]
+
+
+def valuation_frame(svc: Services, item: VersionItem, frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a contribution that are valued and, when it is accepted, trained on.
+
+    The one place a contribution's frame is prepared for valuation: rows that duplicate rows
+    the model has already accepted, from anyone, are taken out (`pipeline.checks.integrity`), so
+    known rows are never paid twice and uniqueness counts against accepted data.
+    """
+    return novel_rows(svc, item.model_id, frame, exclude_job=item.contribution_id).frame
+
+
+def value_contributions(
+    svc: Services, frames: DatasetFrames, batch: Batch, items: Sequence[VersionItem]
+) -> list[EvaluationOutcome]:
+    """Claim the batch's checked contributions and value them together (module docstring)."""
+    spec = latest_benchmark(svc.db, batch.model_id)
+    if spec is None:
+        return _wait_for_benchmark(svc, items)
+    outcomes: dict[str, EvaluationOutcome] = {}
+    claimed = _claim_for_valuation(svc, items, outcomes)
+    try:
+        scorer, bench, base = _valuation_inputs(svc, frames, batch, spec, claimed)
+    except Exception as exc:
+        for item in claimed:
+            outcomes[item.version] = (
+                _refuse(svc, item, exc) if isinstance(exc, DomainError) else _fail(svc, item, exc)
+            )
+        return [outcomes[item.version] for item in items]
+    players = _players(svc, frames, scorer, claimed, outcomes)
+    if players:
+        _value_and_record(svc, batch, spec.id, (scorer, bench, base), players, outcomes)
+    return [outcomes[item.version] for item in items]
+
+
+def _wait_for_benchmark(svc: Services, items: Sequence[VersionItem]) -> list[EvaluationOutcome]:
+    """Send the checked contributions back to `queued` until the model has a benchmark."""
+    reason = "checks passed; waiting for a benchmark: the model has no BenchmarkSpec yet"
+    for item in items:
+        transition(svc.db, item.contribution_id or "", (VALIDATING,), QUEUED, reason=reason)
+    return [
+        EvaluationOutcome(None, item.version, "contribution", status=QUEUED, detail=reason)
+        for item in items
+    ]
+
+
+def _claim_for_valuation(
+    svc: Services, items: Sequence[VersionItem], outcomes: dict[str, EvaluationOutcome]
+) -> list[VersionItem]:
+    """Move the items' jobs to `evaluating`; those another run moved first are reported."""
+    claimed: list[VersionItem] = []
+    for item in items:
+        if transition(svc.db, item.contribution_id or "", (VALIDATING,), EVALUATING):
+            claimed.append(item)
+        else:
+            outcomes[item.version] = EvaluationOutcome(
+                None, item.version, "contribution", detail="claimed elsewhere"
+            )
+    return claimed
+
+
+def _valuation_inputs(
+    svc: Services,
+    frames: DatasetFrames,
+    batch: Batch,
+    spec: BenchmarkSpec,
+    claimed: Sequence[VersionItem],
+) -> tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None]:
+    """The scorer on the benchmark, the benchmark, and the accepted rows (claimed ones aside)."""
+    task_type, estimator = model_settings(svc.db, batch.model_id)
+    bench = frames.benchmark(spec)
+    scorer = BenchmarkScorer(
+        bench.frame,
+        task_type=task_type,
+        estimator=estimator,
+        target_column=bench.target_column,
+        input_columns=bench.input_columns or None,
+        metric_name=bench.metric_name,
+    )
+    claimed_jobs = {item.contribution_id for item in claimed}
+    base = concat_frames(frames.many(accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)))
+    return scorer, bench, base
+
+
+def _players(
+    svc: Services,
+    frames: DatasetFrames,
+    scorer: BenchmarkScorer,
+    claimed: Sequence[VersionItem],
+    outcomes: dict[str, EvaluationOutcome],
+) -> Players:
+    """The claimed contributions with rows left to value; the others get their verdict here."""
+    players: Players = {}
+    for item in claimed:
+        try:
+            frame = valuation_frame(svc, item, frames.version(item))
+            scorer.labelled(frame)
+        except DomainError as exc:
+            outcomes[item.version] = _refuse(svc, item, exc)
+            continue
+        except Exception as exc:
+            outcomes[item.version] = _fail(svc, item, exc)
+            continue
+        if frame.empty:
+            reason = "nothing to value: no row is left once rows already accepted are removed"
+            transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
+            outcomes[item.version] = EvaluationOutcome(
+                None, item.version, "contribution", status=REJECTED, detail=reason
+            )
+            continue
+        players[item.contribution_id or ""] = (item, Player(item.contribution_id or "", frame))
+    return players
+
+
+def _value_and_record(
+    svc: Services,
+    batch: Batch,
+    spec_id: str,
+    inputs: tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None],
+    players: Players,
+    outcomes: dict[str, EvaluationOutcome],
+) -> None:
+    """Value the players and write the verdicts; a batch that cannot be written is queued again."""
+    scorer, bench, base = inputs
+    try:
+        valuation = _value_players(svc, scorer, base, players, outcomes, bench)
+    except Exception as exc:
+        for item, _ in players.values():
+            outcomes[item.version] = _fail(svc, item, exc)
+        return
+    if valuation is None:
+        return
+    try:
+        outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation))
+    except _LeftEvaluating as exc:
+        # The batch is valued again, whole, by a later run.
+        log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
+        reason = f"valuation not recorded ({exc}); waiting for the next run"
+        for item, _ in players.values():
+            transition(svc.db, item.contribution_id or "", (EVALUATING,), QUEUED, reason=reason)
+            outcomes[item.version] = EvaluationOutcome(
+                None, item.version, "contribution", status=QUEUED, detail=reason
+            )
+
+
+class _LeftEvaluating(Exception):
+    """A job of the batch is no longer `evaluating`: the valuation is not written at all."""
+
+
+def _value_players(
+    svc: Services,
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame | None,
+    players: Players,
+    outcomes: dict[str, EvaluationOutcome],
+    bench: BenchmarkData,
+) -> BatchValuation | None:
+    """Value the players; a player the estimator or metric refuses is rejected alone.
+
+    On a DomainError of the batch, each player is tried alone with the accepted data; those
+    refused are rejected (and removed from `players`) and the rest are valued again.
+    """
+
+    settings = ValuationSettings.from_settings(svc.settings)
+    higher = bench.metric_direction == "higher_is_better"
+    try:
+        return value_batch(
+            scorer,
+            base,
+            [p for _, p in players.values()],
+            higher_is_better=higher,
+            settings=settings,
+        )
+    except DomainError as exc:
+        if len(players) == 1:
+            [(item, _)] = players.values()
+            outcomes[item.version] = _refuse(svc, item, exc)
+            players.clear()
+            return None
+    for key, (item, player) in list(players.items()):
+        try:
+            scorer.score(concat_frames([f for f in (base, player.frame) if f is not None]))
+        except DomainError as exc:
+            outcomes[item.version] = _refuse(svc, item, exc)
+            del players[key]
+    if not players:
+        return None
+    return value_batch(
+        scorer, base, [p for _, p in players.values()], higher_is_better=higher, settings=settings
+    )
+
+
+def _refuse(svc: Services, item: VersionItem, exc: DomainError) -> EvaluationOutcome:
+    reason = f"evaluation refused the data: {exc.detail}"
+    transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
+    return EvaluationOutcome(None, item.version, "contribution", status=REJECTED, detail=reason)
+
+
+def _fail(svc: Services, item: VersionItem, exc: Exception) -> EvaluationOutcome:
+    fail_job(svc.db, item, "evaluation", exc)
+    return EvaluationOutcome(
+        None, item.version, "contribution", status=FAILED, detail=type(exc).__name__
+    )
+
+
+def _record_valuation(
+    svc: Services, batch: Batch, spec_id: str, players: Players, valuation: BatchValuation
+) -> dict[str, EvaluationOutcome]:
+    """Write every player's Evaluation and job verdict in one transaction (all or nothing)."""
+    valuation_id = new_uuid()
+    outcomes: dict[str, EvaluationOutcome] = {}
+    with svc.db.session() as session:
+        for key, (item, player) in players.items():
+            evaluation = _evaluation_row(batch, spec_id, item, valuation, valuation_id, key)
+            session.add(evaluation)
+            session.flush()
+            _write_verdict(
+                session, key, valuation, _valuation_detail(valuation, evaluation, player)
+            )
+            outcomes[item.version] = _valued_outcome(evaluation.id, item, valuation, key)
+    return outcomes
+
+
+def _evaluation_row(
+    batch: Batch,
+    spec_id: str,
+    item: VersionItem,
+    valuation: BatchValuation,
+    valuation_id: str,
+    key: str,
+) -> Evaluation:
+    """The Evaluation of one player: the batch's figures and the player's share."""
+    interval = valuation.interval
+    return Evaluation(
+        model_id=batch.model_id,
+        dataset_version_id=item.dataset_version_id,
+        benchmark_spec_id=spec_id,
+        trigger=batch.trigger,
+        metric_name=valuation.metric_name,
+        metric_direction=valuation.direction,
+        score=valuation.score_with,
+        baseline_score=valuation.score_without,
+        improvement_pct=valuation.shares[key],
+        run_id=batch.run_id,
+        valuation_id=valuation_id,
+        pool_pct=valuation.pool_pct,
+        interval_low=interval.low if interval else None,
+        interval_high=interval.high if interval else None,
+        interval_level=interval.level if interval else None,
+        resamples=interval.resamples if interval else None,
+        batch_size=valuation.players,
+        batch_rows=valuation.accepted_rows,
+        valuation_method=valuation.method,
+    )
+
+
+def _valuation_detail(
+    valuation: BatchValuation, evaluation: Evaluation, player: Player
+) -> dict[str, Any]:
+    """The figures kept in the job's `quality` JSON under `valuation`."""
+    interval = valuation.interval
+    return {
+        "valuation_id": evaluation.valuation_id,
+        "evaluation_id": evaluation.id,
+        "accepted": player.key in valuation.accepted,
+        "metric": valuation.metric_name,
+        "score_without": valuation.score_without,
+        "score_with": valuation.score_with,
+        "denominator": valuation.denominator,
+        "pool_pct": valuation.pool_pct,
+        "share_pct": valuation.shares[player.key],
+        "interval": interval.as_dict() if interval else None,
+        "method": valuation.method,
+        "batch_size": valuation.players,
+        "batch_rows": valuation.accepted_rows,
+        "valued_rows": player.rows,
+    }
+
+
+def _write_verdict(
+    session: Session, key: str, valuation: BatchValuation, detail: dict[str, Any]
+) -> None:
+    """Move the job to its verdict; raises _LeftEvaluating when it is no longer `evaluating`."""
+    job = session.get(Contribution, key, with_for_update=True)
+    if job is None or job.status != EVALUATING:
+        # Shares only add up to the pool as a whole: nothing of the batch is written.
+        raise _LeftEvaluating(f"contribution {key} left `evaluating` meanwhile")
+    job.status = EVALUATING if key in valuation.accepted else REJECTED
+    job.reason = valuation_reason(valuation, key)
+    job.improvement_pct = valuation.shares[key]
+    job.updated_at = utcnow()
+    job.quality = {**(job.quality or {}), "valuation": detail}
+
+
+def _valued_outcome(
+    evaluation_id: str, item: VersionItem, valuation: BatchValuation, key: str
+) -> EvaluationOutcome:
+    interval = valuation.interval
+    return EvaluationOutcome(
+        evaluation_id,
+        item.version,
+        "contribution",
+        metric_name=valuation.metric_name,
+        score=valuation.score_with,
+        baseline_score=valuation.score_without,
+        improvement_pct=valuation.shares[key],
+        status=EVALUATING if key in valuation.accepted else REJECTED,
+        detail=valuation_reason(valuation, key),
+        pool_pct=valuation.pool_pct,
+        interval_low=interval.low if interval else None,
+        interval_high=interval.high if interval else None,
+        batch_size=valuation.players,
+    )
+
+
+def valuation_reason(valuation: BatchValuation, key: str) -> str:
+    """A job's reason after valuation: the figures that accepted or rejected it."""
+
+    metric = valuation.metric_name
+    change = f"{metric} {valuation.score_without:.4f} → {valuation.score_with:.4f}"
+    share = valuation.shares[key]
+    together = (
+        f"; {valuation.players} contributions valued together, {valuation.method} Shapley shares"
+        if valuation.players > 1
+        else ""
+    )
+    interval = valuation.interval.describe() if valuation.interval else ""
+    if key in valuation.accepted:
+        if valuation.players == 1:
+            return f"improved {change} ({share:+.2f} %, {interval}); rewards pending"
+        return (
+            f"improved: share {share:+.2f} % of the batch's {valuation.pool_pct:+.2f} % "
+            f"({change}, {interval}{together}); rewards pending"
+        )
+    if valuation.rejected.get(key) == NOISE:
+        return (
+            f"within noise: {change} ({valuation.pool_pct:+.2f} %, {interval}: the lower bound "
+            f"is not above 0); not trained on"
+        )
+    if valuation.players == 1:
+        return f"no improvement: {change} ({share:+.2f} %)"
+    return (
+        f"no improvement: its share of the batch's {metric} change is {share:+.2f} %"
+        f"{together}; not trained on"
+    )

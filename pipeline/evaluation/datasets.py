@@ -1,0 +1,147 @@
+"""What a scoring step reads: the model's accepted training versions, its newest benchmark and
+the benchmark's evaluation rows, each dataset frame read once per step.
+
+Accepted training rows are the rows of contributions accepted by a valuation: status
+`rewarded`, or `evaluating` with a positive share (valued, rewards pending). Rows rejected are
+never training data, so a contribution that makes the model worse cannot lower the baseline
+the next one is measured against. `accepted_items` lists them;
+`pipeline.rewards.ledger.accepted_data` is the audit view (which versions, who).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pandas as pd
+from sqlalchemy import ColumnElement, and_, or_, select
+
+from pipeline.bootstrap import Services
+from pipeline.core.db import Database
+from pipeline.core.errors import DomainError, InvalidInput
+from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
+from pipeline.evaluation.batches import VersionItem, load_frame, version_item
+from pipeline.evaluation.jobs import EVALUATING, REWARDED
+
+
+@dataclass(frozen=True)
+class BenchmarkData:
+    """A benchmark's metric settings and the rows it is scored on."""
+
+    spec_id: str
+    metric_name: str
+    metric_direction: str
+    target_column: str
+    input_columns: list[str]
+    frame: pd.DataFrame  # rows of the evaluation split
+
+
+class DatasetFrames:
+    """Dataset frames read once per step; accepted training versions are read in parallel."""
+
+    def __init__(self, svc: Services) -> None:
+        self.svc = svc
+        self._frames: dict[int, pd.DataFrame] = {}
+        self._benchmarks: dict[str, BenchmarkData] = {}
+
+    def version(self, item: VersionItem) -> pd.DataFrame:
+        if item.dataset_version_id not in self._frames:
+            self._frames[item.dataset_version_id] = load_frame(self.svc.store, item)
+        return self._frames[item.dataset_version_id]
+
+    def many(self, items: Sequence[VersionItem]) -> list[pd.DataFrame]:
+        missing = [i for i in items if i.dataset_version_id not in self._frames]
+        if missing:
+            workers = max(1, min(self.svc.settings.parallel_workers, len(missing)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for item, frame in zip(
+                    missing, pool.map(lambda i: load_frame(self.svc.store, i), missing), strict=True
+                ):
+                    self._frames[item.dataset_version_id] = frame
+        return [self._frames[i.dataset_version_id] for i in items]
+
+    def benchmark(self, spec: BenchmarkSpec) -> BenchmarkData:
+        if spec.id not in self._benchmarks:
+            with self.svc.db.session() as session:
+                dv = session.get(DatasetVersion, spec.dataset_version_id)
+            if dv is None:
+                raise DomainError(f"benchmark {spec.id} has no dataset version")
+            frame = benchmark_eval_rows(
+                load_frame(self.svc.store, version_item(dv)), spec.eval_split
+            )
+            self._benchmarks[spec.id] = BenchmarkData(
+                spec.id,
+                spec.metric_name,
+                spec.metric_direction,
+                spec.target_column,
+                list(spec.input_columns or []),
+                frame,
+            )
+        return self._benchmarks[spec.id]
+
+
+SPLIT_COLUMN = "split"
+
+
+def benchmark_eval_rows(frame: pd.DataFrame, eval_split: str) -> pd.DataFrame:
+    """The rows a benchmark is scored on.
+
+    With a `split` column, the rows whose split equals `eval_split` (none is an error);
+    without one, every row. The split column itself is dropped.
+    """
+    if SPLIT_COLUMN not in frame.columns:
+        return frame
+    rows = frame[frame[SPLIT_COLUMN].astype(str) == eval_split]
+    if rows.empty:
+        raise DomainError(f"the benchmark has no rows with split {eval_split!r}")
+    return rows.drop(columns=[SPLIT_COLUMN]).reset_index(drop=True)
+
+
+def latest_benchmark(db: Database, model_id: int) -> BenchmarkSpec | None:
+    """The model's newest BenchmarkSpec: the one on the highest dataset version."""
+    with db.session() as session:
+        return session.scalar(
+            select(BenchmarkSpec)
+            .join(DatasetVersion, BenchmarkSpec.dataset_version_id == DatasetVersion.id)
+            .where(BenchmarkSpec.model_id == model_id)
+            .order_by(DatasetVersion.version_number.desc(), BenchmarkSpec.created_at.desc())
+            .limit(1)
+        )
+
+
+def accepted_items(
+    db: Database, model_id: int, exclude: Collection[str | None] = ()
+) -> list[VersionItem]:
+    """Versions whose rows train the model (see the module docstring)."""
+    with db.session() as session:
+        rows = session.execute(
+            select(Contribution.id, DatasetVersion)
+            .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
+            .where(Contribution.model_id == model_id, accepted_contribution())
+            .order_by(DatasetVersion.version_number)
+        ).all()
+    return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
+
+
+def accepted_contribution() -> ColumnElement[bool]:
+    """SQL condition of a contribution whose rows train the model (see the module docstring)."""
+    return or_(
+        Contribution.status == REWARDED,
+        and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
+    )
+
+
+def model_settings(db: Database, model_id: int) -> tuple[str, str]:
+    """The model's task type and estimator."""
+    with db.session() as session:
+        model = session.get(Model, model_id)
+        if model is None:
+            raise InvalidInput(f"model {model_id} not found")
+        return model.task_type, model.estimator
+
+
+def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame | None:
+    """The non-empty frames one after the other; None when there is none."""
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None

@@ -1,0 +1,69 @@
+"""Contribution job status: the states a job moves through and the conditional moves between them.
+
+Contribution status: `queued → validating` (the checks of `pipeline.checks.batch`) `→ evaluating`
+(`pipeline.evaluation.batch_valuation`) `→ rewarded` (`pipeline.rewards.payouts`) or `rejected` (a
+check failed, or no improvement) or `failed` (an unexpected error); `reason` says why. Every move is
+a conditional update (`transition`), so concurrent runs cannot both move the same job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+
+from pipeline.core.db import Database
+from pipeline.core.tables import Contribution, utcnow
+from pipeline.evaluation.batches import VersionItem
+
+log = logging.getLogger(__name__)
+
+QUEUED = "queued"
+VALIDATING = "validating"
+EVALUATING = "evaluating"
+REWARDED = "rewarded"
+REJECTED = "rejected"
+FAILED = "failed"
+STATUSES = (QUEUED, VALIDATING, EVALUATING, REWARDED, REJECTED, FAILED)
+
+TRIGGERS = ("arrival", "schedule", "manual")
+
+
+def normalize_trigger(value: str | None) -> str:
+    return value if value in TRIGGERS else "manual"
+
+
+def transition(
+    db: Database, job_id: str, from_statuses: Sequence[str], to: str, **values: Any
+) -> bool:
+    """Move a job to `to` only if it is in one of `from_statuses`; True when it moved.
+
+    One conditional UPDATE, so concurrent runs cannot both move the same job.
+    """
+    with db.session() as session:
+        result = session.execute(
+            update(Contribution)
+            .where(Contribution.id == job_id, Contribution.status.in_(from_statuses))
+            .values(status=to, updated_at=utcnow(), **values)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def job_status(db: Database, job_id: str) -> str | None:
+    with db.session() as session:
+        return session.scalar(select(Contribution.status).where(Contribution.id == job_id))
+
+
+def fail_job(db: Database, item: VersionItem, stage: str, exc: BaseException) -> None:
+    """Log an unexpected error of `stage` and move the item's job to `failed`."""
+    log.exception("model %s %s: %s failed", item.model_id, item.version, stage)
+    if item.contribution_id:
+        transition(
+            db,
+            item.contribution_id,
+            (VALIDATING, EVALUATING),
+            FAILED,
+            reason=f"unexpected error during {stage}: {type(exc).__name__}",
+        )

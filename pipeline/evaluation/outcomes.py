@@ -1,0 +1,29 @@
+"""What a scoring run reports per dataset version: one evaluation recorded (a contribution
+measured, or a re-score), or why none was."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EvaluationOutcome:
+    """One evaluation recorded by a run (a contribution measured, or a re-score)."""
+
+    evaluation_id: str | None
+    version: str | None
+    kind: str  # contribution | rescore
+    metric_name: str | None = None
+    score: float | None = None
+    baseline_score: float | None = None
+    improvement_pct: float | None = None
+    status: str | None = None
+    detail: str = ""
+    pool_pct: float | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
+    batch_size: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,223 @@
+"""The benchmark scorer: a benchmark prepared once, to train the model's estimator on many
+training frames and score each on it.
+
+Trivial baselines, used instead of fitting an estimator when there is nothing to fit:
+
+- no training rows with a target: the best constant predictor for the benchmark, that is its
+  most frequent class (ties: the smallest label) or its mean target. A contribution is then
+  rewarded only for what its features teach the model, never for merely revealing the label
+  distribution, and the baseline is never an arbitrarily bad constant that would inflate the
+  improvement;
+- training rows but a single class (classification), or no input column with any training
+  value: the training rows' most frequent class (ties: the smallest label) or mean target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NotRequired, TypedDict, Unpack
+
+import numpy as np
+import pandas as pd
+
+from pipeline.core.errors import InvalidInput, Unprocessable
+from pipeline.evaluation.metrics import (
+    METRICS,
+    Predictions,
+    improvement_floor,
+    metric_score,
+    sorted_labels,
+)
+from pipeline.models.estimators import build_estimator, validate_estimator
+
+
+class ScoringOptions(TypedDict):
+    """How a model is trained and scored on a benchmark (keyword arguments of the scorer)."""
+
+    task_type: str
+    estimator: str
+    target_column: str
+    # Empty or None: every benchmark column other than the target that the training frame has.
+    input_columns: NotRequired[Sequence[str] | None]
+    metric_name: str
+
+
+class BenchmarkScorer:
+    """A benchmark prepared once, to score the model trained on many training frames.
+
+    Features are `input_columns`; when it is empty or None, every benchmark column other than
+    the target that a training frame also has. Rows without a target value are dropped from
+    both frames. An input column missing from a training frame, or empty there, carries no
+    information and is left out. See the module docstring for the trivial baselines.
+    """
+
+    def __init__(self, benchmark_df: pd.DataFrame, **options: Unpack[ScoringOptions]) -> None:
+        task_type, estimator = options["task_type"], options["estimator"]
+        target_column, metric_name = options["target_column"], options["metric_name"]
+        metric = METRICS.get(metric_name)
+        if metric is None:
+            raise InvalidInput(
+                f"unknown metric_name {metric_name!r}; expected one of {', '.join(METRICS)}"
+            )
+        validate_estimator(estimator, task_type)
+        if metric.task_type != task_type:
+            raise InvalidInput(
+                f"metric {metric_name!r} is a {metric.task_type} metric; the model is {task_type}"
+            )
+        if target_column not in benchmark_df.columns:
+            raise Unprocessable(f"target column {target_column!r} is missing from the benchmark")
+        bench = _labelled(benchmark_df, target_column, task_type, "benchmark")
+        if bench.empty:
+            raise Unprocessable(f"the benchmark has no rows with a {target_column!r} value")
+        self.metric = metric
+        self.task_type = task_type
+        self.estimator = estimator
+        self.target_column = target_column
+        self.input_columns = list(options.get("input_columns") or [])
+        self.bench = bench
+        self.y_true = bench[target_column].to_numpy()
+        self.classes: tuple[Any, ...] = (
+            tuple(sorted_labels(set(self.y_true))) if task_type == "classification" else ()
+        )
+        if metric.uses_probabilities and len(self.classes) < 2:
+            raise Unprocessable("roc_auc needs at least two classes in the benchmark target")
+
+    @property
+    def floor(self) -> float:
+        return improvement_floor(self.metric.name, self.y_true)
+
+    def labelled(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A training frame's rows with a target (raises Unprocessable for unusable targets)."""
+        return _labelled(frame, self.target_column, self.task_type, "training data")
+
+    def predict(self, train_df: pd.DataFrame) -> Predictions:
+        """Train the estimator on `train_df` and predict every benchmark row."""
+        train = self.labelled(train_df)
+        columns = _input_columns(train, self.bench, self.target_column, self.input_columns)
+        predictor = _fit(
+            train, self.bench, columns, self.task_type, self.estimator, self.target_column
+        )
+        x_bench = self.bench[columns]
+        name = self.metric.name
+        if self.task_type == "regression":
+            values = predictor.predict(x_bench).astype("float64")
+            return Predictions(name, self.y_true, values)
+        if self.metric.uses_probabilities:
+            scores = _class_scores(
+                self.classes, predictor.classes_, predictor.predict_proba(x_bench)
+            )
+            return Predictions(name, self.y_true, scores, self.classes)
+        return Predictions(name, self.y_true, predictor.predict(x_bench), self.classes)
+
+    def score(self, train_df: pd.DataFrame) -> float:
+        return metric_score(self.predict(train_df))
+
+
+def score_model(
+    train_df: pd.DataFrame, benchmark_df: pd.DataFrame, **options: Unpack[ScoringOptions]
+) -> float:
+    """Train the estimator on `train_df` and return its metric's score on `benchmark_df`.
+
+    Features and trivial baselines as `BenchmarkScorer` describes.
+    """
+    return BenchmarkScorer(benchmark_df, **options).score(train_df)
+
+
+def _labelled(frame: pd.DataFrame, target_column: str, task_type: str, what: str) -> pd.DataFrame:
+    """Rows with a target value; regression targets as float64."""
+    if target_column not in frame.columns:
+        if len(frame):
+            raise Unprocessable(f"target column {target_column!r} is missing from the {what}")
+        return pd.DataFrame(columns=[target_column])
+    rows = frame[frame[target_column].notna()]
+    if task_type == "regression":
+        target = pd.to_numeric(rows[target_column], errors="coerce")
+        if target.isna().any():
+            raise Unprocessable(
+                f"target column {target_column!r} has non-numeric values in the {what}"
+            )
+        rows = rows.assign(**{target_column: target.astype("float64")})
+    return rows
+
+
+def _input_columns(
+    train: pd.DataFrame,
+    bench: pd.DataFrame,
+    target_column: str,
+    input_columns: Sequence[str] | None,
+) -> list[str]:
+    if input_columns:
+        columns = list(dict.fromkeys(input_columns))
+        if target_column in columns:
+            raise Unprocessable(f"target column {target_column!r} is also an input column")
+        missing = [c for c in columns if c not in bench.columns]
+        if missing:
+            raise Unprocessable(
+                f"input column(s) missing from the benchmark: {', '.join(map(repr, missing))}"
+            )
+    else:
+        columns = [c for c in bench.columns if c != target_column]
+    return [c for c in columns if c in train.columns and train[c].notna().any()]
+
+
+class _Constant:
+    """A fitted-predictor stand-in that always answers one value (the trivial baseline)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.classes_ = [value]
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return np.full(len(frame), self.value)
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        return np.ones((len(frame), 1))
+
+
+def _fit(
+    train: pd.DataFrame,
+    bench: pd.DataFrame,
+    columns: list[str],
+    task_type: str,
+    estimator: str,
+    target_column: str,
+) -> Any:
+    if train.empty:
+        return _Constant(_best_constant(bench[target_column], task_type))
+    y = train[target_column]
+    single_class = task_type == "classification" and y.nunique() < 2
+    if single_class or not columns:
+        return _Constant(_best_constant(y, task_type))
+    pipeline = build_estimator(estimator, task_type)
+    try:
+        pipeline.fit(train[columns], y.to_numpy())
+    except ValueError as exc:
+        # Typically a classification target holding continuous numbers.
+        raise Unprocessable(
+            f"the {estimator} estimator cannot be trained on this training data"
+        ) from exc
+    return pipeline
+
+
+def _best_constant(target: pd.Series, task_type: str) -> Any:
+    if task_type == "regression":
+        return float(target.mean())
+    counts = target.value_counts()
+    tied = counts[counts == counts.max()].index
+    return sorted_labels(tied)[0]
+
+
+def _class_scores(classes: tuple[Any, ...], model_classes: Any, proba: np.ndarray) -> np.ndarray:
+    """One score column per benchmark class; a class the model never saw scores 0.
+
+    With three or more classes, mass on classes the benchmark lacks is dropped and each row
+    renormalised (uniform when nothing is left).
+    """
+    index = {label: i for i, label in enumerate(list(model_classes))}
+    scores = np.column_stack(
+        [proba[:, index[c]] if c in index else np.zeros(len(proba)) for c in classes]
+    )
+    if len(classes) == 2:
+        return scores
+    totals = scores.sum(axis=1, keepdims=True)
+    return np.where(totals > 0, scores / np.where(totals > 0, totals, 1.0), 1.0 / len(classes))
