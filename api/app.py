@@ -21,8 +21,8 @@ from api.routes import (
     schedules,
     web,
 )
-from pipeline.auth.keys import KeyVerifier
 from pipeline.auth.ratelimit import KeyRateLimiter
+from pipeline.auth.verification import KeyVerifier
 from pipeline.bootstrap import remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from pipeline.auth.keys import KeyPrincipal, KeyVerifier
 from pipeline.auth.sessions import Identity, admin_identity, decode_token
+from pipeline.auth.verification import KeyPrincipal, KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unauthenticated
