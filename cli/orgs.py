@@ -18,6 +18,7 @@ from pipeline.core.db import Database
 
 
 def _database() -> Database:
+    # alembic, pyarrow and numpy: ~0.6 s
     from pipeline.bootstrap import prepare_store
 
     settings = get_settings()
