@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from cli.client import ClientError
-from cli.contributor import _connection_options, _handles_errors, _model_id, _note, make_client
+from cli.connection import connection_options, handles_errors, make_client, parse_model_id
+from cli.terminal import note
 from pipeline.core.errors import InvalidInput
 from pipeline.demo.demo_data import (
     BENCHMARK_ROWS,
@@ -42,7 +43,7 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]
         writer.writerows([csv_cell(row.get(name)) for name in columns] for row in rows)
 
 
-@_handles_errors
+@handles_errors
 def cmd_demo_data(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         models = {model["id"]: model for model in client.list_models()}
@@ -79,7 +80,7 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     print(f"wrote {benchmark} ({len(data.benchmark)} rows)")
     print(f"wrote {contribution} ({len(data.contribution)} rows)")
     print(f"wrote {manifest} (wallet {data.manifest['wallet_address']})")
-    _note(
+    note(
         f"next: marketplace upload {args.model} {benchmark}\n"
         f"      marketplace contribute {args.model} {contribution} --manifest {manifest} --wait"
     )
@@ -89,7 +90,7 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     demo = sub.add_parser(
         "demo-data",
-        parents=[_connection_options()],
+        parents=[connection_options()],
         help="write a benchmark, a contribution that improves the model, and a manifest",
         description="Write DIR/benchmark.csv, DIR/contribution.csv (rows that pass every check "
         "and improve the model over a fresh one) and DIR/manifest.json (a valid contributor "
@@ -98,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     demo.add_argument("dir", metavar="DIR", help="folder to write the files into")
     demo.add_argument(
         "--model",
-        type=_model_id,
+        type=parse_model_id,
         default=DEMO_MODEL_ID,
         metavar="ID",
         help="model id (default %(default)s, the demo model)",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from cli.client import DEFAULT_URL
 from pipeline.core.config import Settings
 
 DEBOUNCE_VARIABLE = "EVALUATION_DEBOUNCE_WINDOW_SECONDS"
@@ -83,23 +84,37 @@ def dev_banner(
     environ = os.environ if environ is None else environ
     shown_host = "127.0.0.1" if host in {"0.0.0.0", "::", ""} else host
     api = f"http://{shown_host}:{port}"
+    lines = [
+        RULE,
+        f" marketplace dev is ready{'(Ctrl-C stops both)':>54}",
+        *_service_lines(settings, api, f"http://{shown_host}:{dagster_port}"),
+        *_second_terminal_lines(settings, api, environ),
+        RULE,
+    ]
+    return "\n".join(lines)
+
+
+def _service_lines(settings: Settings, api: str, dagster_ui: str) -> list[str]:
+    """Where the services are, where the data is, and how soon evaluation starts."""
     store = "PostgreSQL" if settings.database_url else "SQLite"
     objects = (
         f"bucket {settings.service_dataset_bucket}" if settings.uses_s3 else "local object store"
     )
     window = settings.evaluation_debounce_window_seconds
     poll = settings.arrival_poll_interval_seconds
-    lines = [
-        RULE,
-        f" marketplace dev is ready{'(Ctrl-C stops both)':>54}",
+    return [
         f"   API          {api}   (docs {api}/docs)",
         f"   Web form     {api}/models",
-        f"   Dagster UI   http://{shown_host}:{dagster_port}",
+        f"   Dagster UI   {dagster_ui}",
         f"   Data         {settings.data_dir} ({store}, {objects})",
         f"   Evaluation   debounce window {window} s, arrival sensor every {poll} s",
         "                (production: 300 s and 30 s; --debounce-seconds or",
         f"                {DEBOUNCE_VARIABLE} to change)",
     ]
+
+
+def _second_terminal_lines(settings: Settings, api: str, environ: Mapping[str, str]) -> list[str]:
+    """How to reach this server from a second terminal: credentials, then the demo."""
     same_env = [
         f"{name}={shlex.quote(environ[name])}"
         for name in ("MARKETPLACE_DATA_DIR", "DATABASE_URL")
@@ -107,10 +122,10 @@ def dev_banner(
     ]
     token_env = " ".join(same_env) + " " if same_env else ""
     activate = _shell_prefix()
-    lines.append(" In a second terminal, in this folder:")
+    lines = [" In a second terminal, in this folder:"]
     if activate:
         lines.append(f"   {activate}")
-    if port != 8000 or shown_host != "127.0.0.1":
+    if api != DEFAULT_URL:  # `marketplace` reaches the default URL without being told
         lines.append(f"   export MARKETPLACE_URL={api}")
     if settings.admin_token is not None:
         lines.append(
@@ -132,9 +147,8 @@ def dev_banner(
         "   marketplace upload 1 demo/benchmark.csv",
         f"   export MARKETPLACE_TOKEN=$({token_env}marketplace token --user alice | tail -1)",
         "   marketplace contribute 1 demo/contribution.csv --manifest demo/manifest.json --wait",
-        RULE,
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _answers(url: str) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -42,8 +43,6 @@ def _set_parent_death_signal(sig: int, parent_pid: int) -> None:
     """Ask Linux to send `sig` to this process when its parent exits (no-op elsewhere)."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     # The parent may have died between fork and prctl: then nobody would send the signal.
@@ -227,7 +226,7 @@ def serve_app(
     processes can stop at the same time. Returns normally after a signal, so the caller's
     clean-up runs.
     """
-    import uvicorn
+    import uvicorn  # ~70 ms; the watchdog (`python -m cli.processes`) never needs it
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -17,8 +17,8 @@ import logging
 import threading
 from typing import Self
 
-from pipeline.auth.keys import KeyVerifier
 from pipeline.auth.ratelimit import KeyRateLimiter
+from pipeline.auth.verification import KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import upgrade

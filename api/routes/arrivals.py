@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from api.deps import get_db, platform_key
-from pipeline.auth.keys import KeyPrincipal
+from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.db import Database
 from pipeline.triggers.arrival_rows import arrival_view, list_arrivals
 

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import ModelId, get_db, get_settings, get_store, model_owner_key
 from api.streaming_form import read_streaming_form
-from pipeline.auth.keys import KeyPrincipal
+from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput

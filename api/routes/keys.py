@@ -17,20 +17,22 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import admin_user, client_ip, get_db, get_key_verifier, platform_key
 from pipeline.auth.keys import (
-    MAX_PRESENTED_KEY_CHARS,
     KeyCreate,
-    KeyNotPermitted,
-    KeyPrincipal,
-    KeyRefused,
     create_key,
     get_owned_key,
     key_info,
     list_keys,
     revoke_key,
     rotate_key,
-    verify_result,
 )
 from pipeline.auth.sessions import Identity
+from pipeline.auth.verification import (
+    MAX_PRESENTED_KEY_CHARS,
+    KeyNotPermitted,
+    KeyPrincipal,
+    KeyRefused,
+    verify_result,
+)
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 

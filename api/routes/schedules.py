@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from api.deps import ModelId, get_db, model_owner_key, platform_key
-from pipeline.auth.keys import KeyPrincipal
+from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.triggers.schedules import (

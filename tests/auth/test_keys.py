@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from api.app import create_app
-from pipeline.auth.keys import LastUsedRecorder, consume_prediction
+from pipeline.auth.usage import LastUsedRecorder, consume_prediction
 from pipeline.core.errors import RateLimited
 from pipeline.core.tables import ApiKey, KeyUsage, utcnow
 from tests.conftest import TEST_ADMIN_TOKEN
@@ -530,7 +530,7 @@ def test_allowed_ips_v4_and_v6_with_trusted_proxy(make_settings) -> None:
     ],
 )
 def test_ip_allowed(allowed, address, expected) -> None:
-    from pipeline.auth.keys import ip_allowed
+    from pipeline.auth.verification import ip_allowed
 
     assert ip_allowed(allowed, address) is expected
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select, update
 
 from cli.client import MarketplaceClient, RetryPolicy
-from cli.contributor import batch_idempotency_key
+from cli.contribute import batch_idempotency_key
 from cli.datafiles import batches, convert_cell, read_rows
 from cli.main import main
 from pipeline.core.config import Settings

@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from cli.contributor import load_manifest, model_upload_fields
+from cli.contribute import load_manifest
 from cli.datafiles import read_rows
 from cli.main import main
+from cli.upload import model_upload_fields
 from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
