@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.intake.formats import JSON, JSON_LINES_EXTENSIONS, extension, format_of
+from pipeline.store.formats import JSON, JSON_LINES_EXTENSIONS, extension, format_of
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _INTEGRAL_FLOAT = re.compile(r"[+-]?\d+\.0*")

@@ -48,17 +48,9 @@ from pyarrow import json as pa_json
 
 from pipeline.core.config import Settings
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
+from pipeline.store.formats import EXTENSIONS
 
 Severity = Literal["error", "warning"]
-
-# Accepted names for `read_dataset`'s file_format, mapped to the reader used.
-FILE_FORMATS = {
-    "csv": "csv",
-    "parquet": "parquet",
-    "json": "json",
-    "jsonl": "json",
-    "ndjson": "json",
-}
 
 
 @dataclass(frozen=True)
@@ -207,11 +199,12 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
     Raises UnreadableDataset (a ValueError) for an unsupported format or an unreadable file,
     FileNotFoundError when there is no file.
     """
-    kind = FILE_FORMATS.get(file_format.lower().lstrip("."))
+    # A format name ("csv") or an extension (".csv", ".jsonl"): the one table says which.
+    kind = EXTENSIONS.get("." + file_format.lower().lstrip("."))
     if kind is None:
         raise UnreadableDataset(
             f"unsupported dataset format {file_format!r}: expected one of "
-            + ", ".join(sorted(FILE_FORMATS))
+            + ", ".join(sorted(name.lstrip(".") for name in EXTENSIONS))
         )
     source = Path(path)
     if not source.is_file():

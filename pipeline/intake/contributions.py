@@ -16,7 +16,6 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
-from pipeline.intake.formats import PARQUET
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
 from pipeline.intake.versions import VersionFacts, new_dataset_version
@@ -29,6 +28,7 @@ from pipeline.rewards.manifests import (
     parse_manifest,
 )
 from pipeline.rewards.valuation import valuation_view
+from pipeline.store.formats import PARQUET
 from pipeline.store.objectstore import ObjectStore
 from pipeline.triggers.debounce import run_request_due
 

@@ -25,7 +25,6 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.intake.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -33,6 +32,7 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
+from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
 HEAD_BYTES = 64 * 1024

@@ -21,17 +21,6 @@ from pathlib import Path
 from pipeline.core.config import Settings
 from pipeline.core.errors import DomainError, InvalidInput, PayloadTooLarge
 from pipeline.core.tempfiles import locked_temp_dir
-from pipeline.intake.formats import (
-    CSV,
-    EXTENSIONS,
-    PARQUET,
-    PARQUET_MAGIC,
-    UPLOAD_FORMATS,
-    FileFormat,
-    extension,
-    format_of,
-    format_title,
-)
 from pipeline.intake.profiles import (
     HEAD_BYTES,
     MAX_HEAD_BYTES,
@@ -41,6 +30,17 @@ from pipeline.intake.profiles import (
     profile_parquet,
     read_csv_head,
     sniff_format,
+)
+from pipeline.store.formats import (
+    CSV,
+    EXTENSIONS,
+    PARQUET,
+    PARQUET_MAGIC,
+    UPLOAD_FORMATS,
+    FileFormat,
+    extension,
+    format_of,
+    format_title,
 )
 
 FILENAME_MAX_CHARS = 200

@@ -37,6 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import csv
 
+from pipeline.store.formats import PARQUET_MAGIC
+
 MB = 1024 * 1024
 BATCH_BYTES = 64 * MB
 MIN_BATCH_ROWS = 1024
@@ -45,7 +47,7 @@ DECODED_BYTES_PER_FILE_BYTE = 32
 MIN_DECODED_BYTES = 256 * MB
 # pyarrow parses CSV in blocks; one row must fit in a block.
 CSV_BLOCK_BYTES = 1 * MB
-PARQUET_MAGIC_BYTES = 4
+PARQUET_MAGIC_BYTES = len(PARQUET_MAGIC)
 # After the footer: its 4-byte length and the closing magic.
 PARQUET_TAIL_BYTES = 8
 

@@ -1,7 +1,7 @@
 """Which stored objects are dataset arrivals: the grammar of their keys (spec §6).
 
 An arrival is a data object under `datasets/{model_id}/v{n}/{file}`, `file` having a data
-extension (`pipeline.intake.formats`: .csv, .parquet, .pq, .json, .jsonl or .ndjson). Other
+extension (`pipeline.store.formats`: .csv, .parquet, .pq, .json, .jsonl or .ndjson). Other
 keys are not arrivals: `manifest.json` (it describes the data beside it and is read with it, it
 is not data), hidden files, unknown extensions, model ids beyond the id column's range, and
 version segments other than `v` + a positive number without leading zeros (the form the service
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pipeline.intake.formats import format_of
 from pipeline.rewards.manifests import MANIFEST_FILENAME
+from pipeline.store.formats import format_of
 
 KEY_PATTERN = re.compile(r"^datasets/([1-9][0-9]{0,9})/(v[1-9][0-9]{0,8})/([^/]+)$")
 MAX_MODEL_ID = 2**31 - 1

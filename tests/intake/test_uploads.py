@@ -21,10 +21,10 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion
-from pipeline.intake.formats import CSV, PARQUET
 from pipeline.intake.profiles import csv_error_reason, profile_path, sniff_format
 from pipeline.intake.receiving import stored_filename, upload_tmp_root
 from pipeline.intake.uploads import BenchmarkForm, parse_form
+from pipeline.store.formats import CSV, PARQUET
 from pipeline.store.queue import parse_arrival_message
 
 URL = "/api/v1/benchmarks/upload/1"
