@@ -184,7 +184,7 @@ def run_load(
     server: Server, public_url: str, auth_url: str, keys: list[str], duration: float, slices: int
 ) -> tuple[Tally, Tally]:
     public, auth = Tally(), Tally()
-    anonymous = [{} for _ in keys]
+    anonymous: list[dict[str, str]] = [{} for _ in keys]
     with_keys = [{"Authorization": f"Bearer {key}"} for key in keys]
     # Warm both paths (connections, caches, first-use writes) before measuring.
     asyncio.run(load(public_url, anonymous, 1.0, Tally()))
@@ -287,7 +287,64 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class Measured:
+    """What one run measured: both endpoints' load and the verify latencies (ms)."""
+
+    public: Tally
+    auth: Tally
+    latencies: list[float]
+    via_httpx: list[float]
+    raw: bool  # whether `latencies` came from the raw socket client (plain HTTP only)
+
+
+def measure(server: Server, args: argparse.Namespace) -> Measured:
+    """Keys for every client and one prediction key, then the load and the verify calls."""
+    keys = [
+        create_key(server, name=f"bench {i}", service_id="platform", rate_limit_per_hour=100_000)
+        for i in range(args.clients)
+    ]
+    prediction = create_key(
+        server,
+        name="bench verify",
+        service_id="prediction",
+        rate_limit_per_hour=100_000,
+        monthly_prediction_limit=10_000_000,
+    )
+    public_url = f"{server.url}/api/models/{args.model_id}/data-spec"
+    auth_url = f"{server.url}/api/v1/whoami"
+    public, auth = run_load(server, public_url, auth_url, keys, args.duration, args.slices)
+    raw = server.url.startswith("http://")
+    latencies = verify_latencies(server, prediction, args.verify_samples, raw=raw)
+    via_httpx = verify_latencies(server, prediction, args.verify_samples, raw=False)
+    return Measured(public, auth, latencies, via_httpx, raw)
+
+
+def report(server: Server, clients: int, measured: Measured) -> None:
+    """The `figure: value` lines, `ratio: X` last."""
+    public, auth, latencies = measured.public, measured.auth, measured.latencies
+    print(f"server: {'own (uvicorn, SQLite, memory rate limiter)' if server.pid else server.url}")
+    print(f"clients: {clients}")
+    print(f"seconds per endpoint: {public.seconds:.1f} / {auth.seconds:.1f}")
+    print(f"public GET requests: {public.ok} ok, {public.failed} failed {public.statuses}")
+    print(f"authenticated GET requests: {auth.ok} ok, {auth.failed} failed {auth.statuses}")
+    print(f"public GET req/s: {public.rate:.1f}")
+    print(f"authenticated GET req/s: {auth.rate:.1f}")
+    if public.cpu_seconds is not None and auth.cpu_seconds is not None:
+        for label, tally in (("public", public), ("authenticated", auth)):
+            cost = (tally.cpu_seconds or 0.0) / max(tally.ok, 1) * 1e6
+            print(f"{label} GET server CPU per request (us): {cost:.0f}")
+    print(f"verify samples: {len(latencies)}")
+    print(f"verify client: {'raw keep-alive socket' if measured.raw else 'httpx'}")
+    print(f"verify p50 (ms): {statistics.median(latencies):.2f}")
+    print(f"verify p99 (ms): {percentile(latencies, 0.99):.2f}")
+    print(f"verify max (ms): {max(latencies):.2f}")
+    print(f"verify p50 via httpx (ms): {statistics.median(measured.via_httpx):.2f}")
+    print(f"verify p99 via httpx (ms): {percentile(measured.via_httpx, 0.99):.2f}")
+    print(f"ratio: {auth.rate / public.rate:.3f}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server; default: start one")
     parser.add_argument("--admin-token", help="ADMIN_TOKEN of the server given with --url")
@@ -299,55 +356,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.url and not args.admin_token:
         parser.error("--url needs --admin-token")
+    return args
 
-    def run(server: Server) -> None:
-        keys = [
-            create_key(
-                server, name=f"bench {i}", service_id="platform", rate_limit_per_hour=100_000
-            )
-            for i in range(args.clients)
-        ]
-        prediction = create_key(
-            server,
-            name="bench verify",
-            service_id="prediction",
-            rate_limit_per_hour=100_000,
-            monthly_prediction_limit=10_000_000,
-        )
-        public_url = f"{server.url}/api/models/{args.model_id}/data-spec"
-        auth_url = f"{server.url}/api/v1/whoami"
-        public, auth = run_load(server, public_url, auth_url, keys, args.duration, args.slices)
-        raw_ok = server.url.startswith("http://")
-        latencies = verify_latencies(server, prediction, args.verify_samples, raw=raw_ok)
-        via_httpx = verify_latencies(server, prediction, args.verify_samples, raw=False)
 
-        print(
-            f"server: {'own (uvicorn, SQLite, memory rate limiter)' if server.pid else server.url}"
-        )
-        print(f"clients: {args.clients}")
-        print(f"seconds per endpoint: {public.seconds:.1f} / {auth.seconds:.1f}")
-        print(f"public GET requests: {public.ok} ok, {public.failed} failed {public.statuses}")
-        print(f"authenticated GET requests: {auth.ok} ok, {auth.failed} failed {auth.statuses}")
-        print(f"public GET req/s: {public.rate:.1f}")
-        print(f"authenticated GET req/s: {auth.rate:.1f}")
-        if public.cpu_seconds is not None and auth.cpu_seconds is not None:
-            for label, tally in (("public", public), ("authenticated", auth)):
-                cost = (tally.cpu_seconds or 0.0) / max(tally.ok, 1) * 1e6
-                print(f"{label} GET server CPU per request (us): {cost:.0f}")
-        print(f"verify samples: {len(latencies)}")
-        print(f"verify client: {'raw keep-alive socket' if raw_ok else 'httpx'}")
-        print(f"verify p50 (ms): {statistics.median(latencies):.2f}")
-        print(f"verify p99 (ms): {percentile(latencies, 0.99):.2f}")
-        print(f"verify max (ms): {max(latencies):.2f}")
-        print(f"verify p50 via httpx (ms): {statistics.median(via_httpx):.2f}")
-        print(f"verify p99 via httpx (ms): {percentile(via_httpx, 0.99):.2f}")
-        print(f"ratio: {auth.rate / public.rate:.3f}")
-
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.url:
-        run(Server(url=args.url.rstrip("/"), admin_token=args.admin_token))
+        server = Server(url=args.url.rstrip("/"), admin_token=args.admin_token)
+        report(server, args.clients, measure(server, args))
     else:
         with own_server() as server:
-            run(server)
+            report(server, args.clients, measure(server, args))
     return 0
 
 

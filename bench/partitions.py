@@ -65,18 +65,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dagster as dg
 import httpx
 import yaml
+from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 from sqlalchemy import create_engine, insert, text, update
+from sqlalchemy.pool import NullPool
 
-from assets.partitions import retire_settled
+from assets.partitions import EVALUATION_JOB, partition_key, retire_settled
 from bench._server import free_port
 from cli.operate import dagster_storage_url, render_dagster_yaml
+from definitions import defs
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import upgrade
 from pipeline.core.tables import Contribution, DatasetVersion, Model
-from pipeline.models.registry import demo_definition, register_model
+from pipeline.models.registry import demo_definition, format_version, register_model
 from pipeline.store.objectstore import StoredObject, dataset_key
 from pipeline.store.queue import enqueue_local_arrival
 from pipeline.triggers.retirement import settled_cutoff
@@ -233,7 +238,7 @@ class Registry:
     def _next(self, model_id: int) -> tuple[int, str]:
         self.last[model_id] += 1
         number = self.last[model_id]
-        return number, f"v{number}"
+        return number, format_version(number)
 
     def _save_last(self, session: Any) -> None:
         for model_id, number in self.last.items():
@@ -268,7 +273,7 @@ class Registry:
                     ],
                 )  # fmt: skip
                 self._save_last(session)
-            keys = [f"{m}__{v}" for m, _, v in items]
+            keys = [partition_key(m, v) for m, _, v in items]
             for start in range(0, len(keys), PARTITION_CHUNK):
                 self.instance.add_dynamic_partitions(
                     PARTITIONS_DEF, keys[start : start + PARTITION_CHUNK]
@@ -299,7 +304,7 @@ class Registry:
     def run_partition(self) -> str:
         """The newest version of the last model: nothing pending, no benchmark, never retired."""
         model_id = self.models[-1]
-        return f"{model_id}__v{self.last[model_id]}"
+        return partition_key(model_id, format_version(self.last[model_id]))
 
 
 def _version_row(model_id: int, number: int, version: str, at: datetime) -> dict[str, Any]:
@@ -314,10 +319,6 @@ def _version_row(model_id: int, number: int, version: str, at: datetime) -> dict
 
 def store_materializations(instance: Any, keys: list[str]) -> None:
     """One `dataset_version` materialization per partition, in one batch write."""
-    import dagster as dg
-    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
-    from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-
     now = time.time()
     entries = [
         dg.EventLogEntry(
@@ -369,8 +370,6 @@ class PartitionReads:
     """
 
     def __init__(self, dagster_url: str) -> None:
-        from sqlalchemy.pool import NullPool
-
         self.engine = create_engine(dagster_url, poolclass=NullPool)
 
     def __call__(self) -> int:
@@ -418,9 +417,6 @@ def busy_tick(registry: Registry, state: Any, daemon: Process, timeout: float = 
 
 
 def run_once(instance: Any, partition_key: str) -> float:
-    from assets.partitions import EVALUATION_JOB
-    from definitions import defs
-
     job = defs().get_job_def(EVALUATION_JOB)
     start = time.perf_counter()
     result = job.execute_in_process(
@@ -551,7 +547,7 @@ def print_figures(label: str, figures: Figures) -> None:
 # --- main ---------------------------------------------------------------------------------------
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--max", type=int, default=SIZES[-1], help="stop at this many versions (default 100000)"
@@ -564,89 +560,91 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=3, help="busy ticks timed per size")
     parser.add_argument("--repeat", type=int, default=3, help="runs and queries timed per size")
     parser.add_argument("--retire-threads", type=int, default=4, help="parallel deletes")
-    args = parser.parse_args()
-    sizes = [size for size in SIZES if size <= args.max] or [args.max]
-    logging.basicConfig(level=logging.WARNING)
+    return parser.parse_args()
 
+
+def prepare_environment(tmp: Path, market_url: str, dagster_url: str) -> Path:
+    """Settings and Dagster pointed at the throwaway databases, migrated; the Dagster home."""
+    home = tmp / "dagster"
+    home.mkdir()
+    env_settings = {
+        "DATABASE_URL": market_url,
+        "MARKETPLACE_DATA_DIR": str(tmp / "data"),
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_PG_URL": dagster_storage_url(dagster_url),
+        "EVALUATION_DEBOUNCE_WINDOW_SECONDS": "0",
+        "ENABLE_EVALUATION_SCHEDULER": "false",
+        "PIPELINE_LOG_LEVEL": "WARNING",
+    }
+    for name in ("SERVICE_DATASET_BUCKET", "DATASET_ARRIVAL_SQS_QUEUE_URL", "S3_ENDPOINT_URL"):
+        os.environ.pop(name, None)
+    os.environ.update(env_settings)
+    dagster_home(home, Settings())
+    upgrade(market_url)
+    return home
+
+
+def retire(registry: Registry, dagster_url: str, threads: int) -> None:
+    """Retire the settled partitions with the code of `marketplace partitions retire`."""
+    start = time.perf_counter()
+    retired, looked_at = retire_settled(
+        registry.instance,
+        registry.db,
+        settled_before=settled_cutoff(datetime.now(UTC), KEEP_HOURS),
+        limit=sys.maxsize,
+        threads=threads,
+    )
+    retire_s = time.perf_counter() - start
+    # Deleted rows stay in the table as dead tuples that scans still visit until a
+    # vacuum; autovacuum would do this within a minute or so of a mass delete.
+    vacuum(dagster_url)
+    print(f"retired_partitions: {retired}")
+    print(f"retire_looked_at: {looked_at}")
+    print(f"retire_s: {retire_s:.1f}")
+    print(f"retire_per_s: {retired / retire_s:.0f}")
+
+
+def run_with_dagster(
+    registry: Registry, home: Path, tmp: Path, dagster_url: str, sizes: list[int], args: Any
+) -> dict[int, Figures]:
+    """Under the real daemon and webserver: the figures at each size, then after retiring."""
+    env = dict(os.environ)
+    bin_dir = Path(sys.executable).parent
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    workspace = str(home / "workspace.yaml")
+    results: dict[int, Figures] = {}
+    daemon_command = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
+    webserver_command = [
+        str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace,
+    ]  # fmt: skip
     with (
-        throwaway_databases(args.pg_admin_url) as (market_url, dagster_url),
-        tempfile.TemporaryDirectory(prefix="mk-bench-partitions-") as tmp,
+        started("daemon", daemon_command, env, tmp) as daemon,
+        started("webserver", webserver_command, env, tmp) as webserver,
     ):
-        home = Path(tmp) / "dagster"
-        home.mkdir()
-        env_settings = {
-            "DATABASE_URL": market_url,
-            "MARKETPLACE_DATA_DIR": str(Path(tmp) / "data"),
-            "DAGSTER_HOME": str(home),
-            "DAGSTER_PG_URL": dagster_storage_url(dagster_url),
-            "EVALUATION_DEBOUNCE_WINDOW_SECONDS": "0",
-            "ENABLE_EVALUATION_SCHEDULER": "false",
-            "PIPELINE_LOG_LEVEL": "WARNING",
-        }
-        for name in ("SERVICE_DATASET_BUCKET", "DATASET_ARRIVAL_SQS_QUEUE_URL", "S3_ENDPOINT_URL"):
-            os.environ.pop(name, None)
-        os.environ.update(env_settings)
-        settings = Settings()
-        dagster_home(home, settings)
-        upgrade(market_url)
+        registry.register_settled(1)
+        wait_for_webserver(url, webserver)
+        state = sensor_state(registry.instance, "dataset_arrival_sensor", 180, daemon)
+        reads = PartitionReads(dagster_url)
 
-        import dagster as dg
+        def measure_now() -> Figures:
+            return measure(registry, state, daemon, url, webserver, reads, args.ticks, args.repeat)
 
-        instance = dg.DagsterInstance.get()
-        db = Database(market_url)
-        registry = Registry(db, instance)
-        registry.add_models()
-        env = dict(os.environ)
-        bin_dir = Path(sys.executable).parent
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        workspace = str(home / "workspace.yaml")
-        results: dict[int, Figures] = {}
-        daemon_command = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
-        webserver_command = [
-            str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace,
-        ]  # fmt: skip
-        with (
-            started("daemon", daemon_command, env, Path(tmp)) as daemon,
-            started("webserver", webserver_command, env, Path(tmp)) as webserver,
-        ):
-            registry.register_settled(1)
-            wait_for_webserver(url, webserver)
-            state = sensor_state(instance, "dataset_arrival_sensor", 180, daemon)
-            reads = PartitionReads(dagster_url)
-            for size in sizes:
-                start = time.perf_counter()
-                registry.register_settled(size)
-                register_s = time.perf_counter() - start
-                figures = measure(
-                    registry, state, daemon, url, webserver, reads, args.ticks, args.repeat
-                )
-                results[size] = figures
-                print(f"register_s_{size}: {register_s:.1f}")
-                print_figures(str(size), figures)
-
+        for size in sizes:
             start = time.perf_counter()
-            retired, looked_at = retire_settled(
-                instance,
-                db,
-                settled_before=settled_cutoff(datetime.now(UTC), KEEP_HOURS),
-                limit=sys.maxsize,
-                threads=args.retire_threads,
-            )
-            retire_s = time.perf_counter() - start
-            # Deleted rows stay in the table as dead tuples that scans still visit until a
-            # vacuum; autovacuum would do this within a minute or so of a mass delete.
-            vacuum(dagster_url)
-            after = measure(registry, state, daemon, url, webserver, reads, args.ticks, args.repeat)
-            print(f"retired_partitions: {retired}")
-            print(f"retire_looked_at: {looked_at}")
-            print(f"retire_s: {retire_s:.1f}")
-            print(f"retire_per_s: {retired / retire_s:.0f}")
-            print_figures("after_retire", after)
-        instance.dispose()
-        db.dispose()
+            registry.register_settled(size)
+            register_s = time.perf_counter() - start
+            results[size] = measure_now()
+            print(f"register_s_{size}: {register_s:.1f}")
+            print_figures(str(size), results[size])
 
-    first, last = results[sizes[0]], results[sizes[-1]]
+        retire(registry, dagster_url, args.retire_threads)
+        print_figures("after_retire", measure_now())
+    return results
+
+
+def print_growth(first: Figures, last: Figures) -> None:
+    """Each figure's growth from the smallest size to the largest; `ratio:` the largest one."""
     growth = {
         name.removesuffix("_s"): getattr(last, name) / getattr(first, name)
         for name in ("tick_s", "run_s", "graphql_s")
@@ -656,6 +654,24 @@ def main() -> int:
     worst = max(growth, key=lambda name: growth[name])
     print(f"slowest: {worst}")
     print(f"ratio: {growth[worst]:.2f}")
+
+
+def main() -> int:
+    args = parse_args()
+    sizes = [size for size in SIZES if size <= args.max] or [args.max]
+    logging.basicConfig(level=logging.WARNING)
+    with (
+        throwaway_databases(args.pg_admin_url) as (market_url, dagster_url),
+        tempfile.TemporaryDirectory(prefix="mk-bench-partitions-") as tmp,
+    ):
+        home = prepare_environment(Path(tmp), market_url, dagster_url)
+        instance = dg.DagsterInstance.get()
+        registry = Registry(Database(market_url), instance)
+        registry.add_models()
+        results = run_with_dagster(registry, home, Path(tmp), dagster_url, sizes, args)
+        instance.dispose()
+        registry.db.dispose()
+    print_growth(results[sizes[0]], results[sizes[-1]])
     return 0
 
 

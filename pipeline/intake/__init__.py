@@ -1,4 +1,5 @@
-"""Data coming in (spec §2.2–2.6, §4.2–4.3).
+"""Data coming in (spec §2.2–2.4, §2.6, §4.2–4.3).
 
-Receiving uploads, benchmark uploads, row contributions, writing dataset versions.
+Receiving uploads into temporary files and profiling them, benchmark uploads, row contributions
+and their JSON bodies (jsonrows), writing new dataset versions, and the catalog view of a version.
 """

@@ -1,4 +1,5 @@
-"""What starts work (spec §2.7, §4.4–4.5, §6).
+"""What starts work (spec §2.7, §3, §4.4–4.5, §6).
 
-Dataset arrivals and their debounce, evaluation schedules, retiring settled versions.
+Dataset arrivals and their debounce, evaluation schedules and their states, retiring settled
+versions.
 """
