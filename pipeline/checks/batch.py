@@ -18,13 +18,12 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
 from sqlalchemy import update
 
-from pipeline.bootstrap import Services
 from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints, model_benchmarks
 from pipeline.checks.compliance import count_violations, json_value
 from pipeline.checks.integrity import ModelIntegrity
@@ -35,6 +34,9 @@ from pipeline.core.tables import Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
 from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.checks.dataset_batches import RetypeColumns, file_batches
 from pipeline.checks.fingerprint_files import (
     Fingerprints,
@@ -35,6 +35,9 @@ from pipeline.checks.fingerprints import fingerprint_columns
 from pipeline.checks.quality import read_dataset
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from pipeline.bootstrap import Services
 from pipeline.checks.known_rows import novel_rows
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import BenchmarkSpec, Contribution, Evaluation, new_uuid, utcnow
@@ -52,6 +51,9 @@ from pipeline.rewards.valuation import (
     ValuationSettings,
     value_batch,
 )
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ import logging
 import uuid
 from contextlib import suppress
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.bootstrap import Services
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
     BenchmarkSpec,
@@ -35,6 +35,9 @@ from pipeline.core.tables import (
 from pipeline.evaluation.batches import Batch, VersionItem, version_item
 from pipeline.evaluation.jobs import QUEUED, VALIDATING, normalize_trigger, transition
 from pipeline.evaluation.leases import expire_leases
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Evaluation
 from pipeline.evaluation.batches import Batch, VersionItem
@@ -27,6 +27,9 @@ from pipeline.evaluation.datasets import (
 )
 from pipeline.evaluation.jobs import FAILED, normalize_trigger
 from pipeline.evaluation.outcomes import EvaluationOutcome
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

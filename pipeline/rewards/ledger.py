@@ -25,7 +25,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
-from pipeline.evaluation.datasets import accepted_contribution
+from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 from pipeline.rewards.manifests import parse_manifest
 

@@ -22,12 +22,11 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
@@ -55,6 +54,9 @@ from pipeline.rewards.manifests import (
     read_version_manifest,
     recipients,
 )
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 
