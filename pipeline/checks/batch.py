@@ -28,12 +28,13 @@ from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints
 from pipeline.checks.compliance import count_violations, json_value
 from pipeline.checks.integrity import ModelIntegrity
 from pipeline.checks.pii import scan_frame
-from pipeline.checks.quality import QualityReport, UnreadableDataset, check_quality
+from pipeline.checks.quality import QualityReport, check_quality
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
 from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
+from pipeline.store.reading import UnreadableDataset
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services

@@ -23,7 +23,6 @@ import pandas as pd
 import pyarrow as pa
 from sqlalchemy import select
 
-from pipeline.checks.dataset_batches import RetypeColumns, file_batches
 from pipeline.checks.fingerprint_files import (
     Fingerprints,
     FingerprintSummary,
@@ -32,9 +31,10 @@ from pipeline.checks.fingerprint_files import (
     read_footer,
 )
 from pipeline.checks.fingerprints import fingerprint_columns
-from pipeline.checks.quality import read_dataset
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
+from pipeline.store.dataset_batches import RetypeColumns, file_batches
+from pipeline.store.reading import read_dataset
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
