@@ -13,12 +13,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
-from pipeline.auth.keys import INT32_MAX
 from pipeline.auth.sessions import Identity, admin_identity, decode_token
 from pipeline.auth.verification import KeyPrincipal, KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unauthenticated
+from pipeline.core.tables import INT32_MAX
 from pipeline.models.registry import require_model_owner
 from pipeline.store.objectstore import ObjectStore
 

@@ -14,12 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from api.deps import ModelId, current_user, get_db, get_settings, get_store
 from api.errors import ContributionBodyInvalid
-from pipeline.auth.keys import INT32_MAX
 from pipeline.auth.sessions import Identity
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
-from pipeline.core.tables import Contribution
+from pipeline.core.tables import INT32_MAX, Contribution
 from pipeline.core.text import END
 from pipeline.intake.contributions import (
     ContributionRequest,

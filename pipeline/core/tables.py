@@ -35,6 +35,10 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
+# The largest value of an Integer column (32-bit on PostgreSQL): model ids, quotas. A larger id
+# cannot exist, and some drivers overflow on it instead of finding nothing.
+INT32_MAX = 2_147_483_647
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
