@@ -18,7 +18,7 @@ from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidation
 from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
-from pipeline.intake.versions import VersionFacts, new_dataset_version
+from pipeline.intake.versions import VersionRecord, new_dataset_version
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
 from pipeline.models.registry import get_model
 from pipeline.rewards.manifests import (
@@ -168,13 +168,13 @@ def submit_contribution(
     del table  # the Parquet bytes are all that is kept from here on
 
     columns = list(model.data_spec.get("properties", {}))
-    facts = VersionFacts("contribution", PARQUET, row_count, columns, request.manifest)
+    record = VersionRecord("contribution", PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:
             if manifest_bytes is not None:
                 draft.put_bytes(draft.key(MANIFEST_FILENAME), manifest_bytes)
             stored = draft.put_bytes(draft.key(ROWS_FILENAME), payload)
-            with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
+            with draft.recording(stored, record, local_queue=local_queue) as (session, dataset):
                 job = Contribution(
                     model_id=model.id,
                     dataset_version_id=dataset.id,
