@@ -233,10 +233,15 @@ def dagster_storage_url(url: str) -> str:
     return url
 
 
+def dagster_home(settings: Settings) -> Path:
+    """The Dagster instance's folder: DAGSTER_HOME, else the one in the data dir."""
+    return Path(os.environ.get("DAGSTER_HOME") or settings.dagster_home).resolve()
+
+
 def dagster_environment(settings: Settings) -> dict[str, str]:
     """Environment for Dagster processes: DAGSTER_HOME with the repo's dagster.yaml in it."""
     env = dict(os.environ)
-    home = Path(env.get("DAGSTER_HOME") or settings.dagster_home).resolve()
+    home = dagster_home(settings)
     home.mkdir(parents=True, exist_ok=True)
     source = REPO_ROOT / ("dagster.postgres.yaml" if settings.dagster_pg_url else "dagster.yaml")
     rendered = render_dagster_yaml(source.read_text(), settings)
