@@ -30,9 +30,16 @@ from pipeline.checks.integrity import ModelIntegrity
 from pipeline.checks.pii import scan_frame
 from pipeline.checks.quality import QualityReport, check_quality
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, DatasetVersion, Model
+from pipeline.core.tables import (
+    EXTERNAL_VERSION,
+    REJECTED,
+    VALIDATING,
+    Contribution,
+    DatasetVersion,
+    Model,
+)
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
-from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
+from pipeline.evaluation.jobs import fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
 from pipeline.store.reading import UnreadableDataset
 
@@ -87,7 +94,7 @@ def describe_batch(svc: Services, batch: Batch) -> list[VersionSummary]:
                 .where(DatasetVersion.id == item.dataset_version_id)
                 .values(row_count=len(frame), columns=[str(c) for c in frame.columns])
             )
-            if item.kind == "external" and item.contribution_id:
+            if item.kind == EXTERNAL_VERSION and item.contribution_id:
                 session.execute(
                     update(Contribution)
                     .where(Contribution.id == item.contribution_id)

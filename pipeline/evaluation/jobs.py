@@ -15,20 +15,19 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, and_, or_, select, update
 
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, utcnow
+from pipeline.core.tables import (
+    EVALUATING,
+    FAILED,
+    REWARDED,
+    VALIDATING,
+    Contribution,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from pipeline.evaluation.batches import VersionItem
 
 log = logging.getLogger(__name__)
-
-QUEUED = "queued"
-VALIDATING = "validating"
-EVALUATING = "evaluating"
-REWARDED = "rewarded"
-REJECTED = "rejected"
-FAILED = "failed"
-STATUSES = (QUEUED, VALIDATING, EVALUATING, REWARDED, REJECTED, FAILED)
 
 TRIGGERS = ("arrival", "schedule", "manual")
 

@@ -24,8 +24,16 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, or_, select, update
 
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, DatasetVersion, isoformat_utc, utcnow
-from pipeline.evaluation.jobs import EVALUATING, FAILED, QUEUED, VALIDATING
+from pipeline.core.tables import (
+    EVALUATING,
+    FAILED,
+    QUEUED,
+    VALIDATING,
+    Contribution,
+    DatasetVersion,
+    isoformat_utc,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 

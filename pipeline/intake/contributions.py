@@ -15,7 +15,15 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
-from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
+from pipeline.core.tables import (
+    CONTRIBUTION_VERSION,
+    QUEUED,
+    Contribution,
+    DatasetArrival,
+    DatasetVersion,
+    isoformat_utc,
+    utcnow,
+)
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
 from pipeline.intake.versions import VersionRecord, new_dataset_version
@@ -168,7 +176,7 @@ def submit_contribution(
     del table  # the Parquet bytes are all that is kept from here on
 
     columns = list(model.data_spec.get("properties", {}))
-    record = VersionRecord("contribution", PARQUET, row_count, columns, request.manifest)
+    record = VersionRecord(CONTRIBUTION_VERSION, PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:
             if manifest_bytes is not None:
@@ -179,7 +187,7 @@ def submit_contribution(
                     model_id=model.id,
                     dataset_version_id=dataset.id,
                     submitter_id=submitter_id,
-                    status="queued",
+                    status=QUEUED,
                     submitted_rows=row_count,
                     benchmark_spec_id=request.benchmark_spec_id,
                     schema_version=request.schema_version,
@@ -294,7 +302,7 @@ def queue_wait(
     already carries a reason (checks passed, no benchmark yet) waits for an event with no
     date: None.
     """
-    if job.status != "queued" or job.reason or job.dataset_version_id is None:
+    if job.status != QUEUED or job.reason or job.dataset_version_id is None:
         return None
     now = now or utcnow()
     window = settings.evaluation_debounce_window_seconds

@@ -29,7 +29,7 @@ from pipeline.checks.pii import PiiReport, scan_frame
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.core.tables import BenchmarkSpec, DatasetVersion
+from pipeline.core.tables import BENCHMARK_VERSION, BenchmarkSpec, DatasetVersion
 from pipeline.evaluation.metrics import validate_metric
 from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
@@ -277,7 +277,7 @@ class _CheckedUpload:
     def version_record(self) -> VersionRecord:
         profile = self.received.profile
         return VersionRecord(
-            "benchmark", self.received.file_format, profile.row_count, list(profile.columns)
+            BENCHMARK_VERSION, self.received.file_format, profile.row_count, list(profile.columns)
         )
 
 

@@ -30,6 +30,8 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
+    EVALUATING,
+    REWARDED,
     Contribution,
     ContributorProfile,
     DatasetVersion,
@@ -38,7 +40,6 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.jobs import EVALUATING, REWARDED
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import (
     TOKEN_DECIMALS,

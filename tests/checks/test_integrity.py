@@ -33,10 +33,9 @@ from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_acc
 from pipeline.checks.labels import check_labels
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.tables import RewardEntry
+from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.datasets import accepted_items
-from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.store import dataset_batches
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (

@@ -225,8 +225,8 @@ def test_a_hostile_external_file_fails_the_readability_check(
 ) -> None:
     from pipeline.bootstrap import Services
     from pipeline.checks.batch import describe_batch, readability_outcomes
+    from pipeline.core.tables import REJECTED
     from pipeline.evaluation.claims import claim_batch
-    from pipeline.evaluation.jobs import REJECTED
     from pipeline.store.objectstore import LocalObjectStore
     from tests.support.pipeline import add_external
 
