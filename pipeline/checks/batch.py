@@ -115,7 +115,7 @@ class CheckOutcome:
 
 @dataclass(frozen=True)
 class CheckVerdict:
-    """A check step's verdict over its batch, in the terms of a Dagster asset check.
+    """A check step's verdict over its batch: passed or not, and the figures behind it.
 
     `passed` is false when any version failed. `blocking` is true when nothing is left for
     evaluation and rewards, so the failed check stops them; when other versions of the batch

@@ -14,10 +14,8 @@ which runs to request).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -207,11 +205,3 @@ def requeued_jobs(db: Database, limit: int = EXPIRE_LIMIT) -> list[RequeuedJob]:
             .limit(limit)
         ).all()
     return [RequeuedJob(*row) for row in rows]
-
-
-def retry_run_key(model_id: int, jobs: Sequence[RequeuedJob]) -> str:
-    """One key per model and set of (job, expired claims): a tick that sees the same requeued
-    jobs again requests nothing new; a job requeued a second time gets a new key."""
-    ordered = sorted(f"{job.job_id}:{job.expired_claims}" for job in jobs)
-    digest = hashlib.sha256(",".join(ordered).encode()).hexdigest()[:12]
-    return f"retry-{model_id}-{digest}"
