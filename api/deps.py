@@ -13,12 +13,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
-from pipeline.auth.keys import INT32_MAX
 from pipeline.auth.sessions import Identity, admin_identity, decode_token
 from pipeline.auth.verification import KeyPrincipal, KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unauthenticated
+from pipeline.core.tables import INT32_MAX
 from pipeline.models.registry import require_model_owner
 from pipeline.store.objectstore import ObjectStore
 
@@ -66,7 +66,7 @@ PLATFORM_KEY = HTTPBearer(
 Credentials = HTTPAuthorizationCredentials | None
 
 
-def get_settings(request: Request) -> Settings:
+def request_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -93,7 +93,7 @@ def bearer_token(request: Request) -> str | None:
 
 def current_user(
     request: Request,
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
     _: Credentials = Security(SESSION_TOKEN),
 ) -> Identity:
     """Session auth (spec §5): cookie `<service>_access_token` or `Authorization: Bearer`."""
@@ -105,7 +105,7 @@ def current_user(
 
 def admin_user(
     request: Request,
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
     _: Credentials = Security(ADMIN_TOKEN),
 ) -> Identity:
     """Key management auth (spec §5): `Authorization: Bearer <ADMIN_TOKEN>`."""

@@ -19,9 +19,9 @@ from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
+from pipeline.core.tables import EVALUATING, FAILED, REJECTED, REWARDED
 from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.batches import StepResult
-from pipeline.evaluation.jobs import EVALUATING, FAILED, REJECTED, REWARDED
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.intake.catalog import version_facts
 from pipeline.rewards.payouts import RewardOutcome, pay_batch

@@ -17,7 +17,6 @@ from cli.client import CREDENTIAL_HINTS, MissingCredential
 from cli.connection import handles_errors, make_client
 from cli.datafiles import RowFileError, file_sha256
 from cli.terminal import note, progress_bar, stderr_console
-from pipeline.evaluation.metrics import METRICS
 
 # The metric a benchmark tracks when none is given, per task type; classification is the
 # spec's HTTP default, which a regression model cannot use.
@@ -32,6 +31,10 @@ def model_upload_fields(fields: dict[str, str], model: dict[str, Any] | None) ->
     metric's natural direction. Without the model (unknown id) the fields go as given and the
     server answers.
     """
+    # The metric table's module loads pandas and numpy (~0.3 s): only `upload` needs it, not
+    # every `marketplace` start.
+    from pipeline.evaluation.metrics import METRICS
+
     chosen = dict(fields)
     if model is not None:
         chosen.setdefault("target_column", str(model["target_column"]))

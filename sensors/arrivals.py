@@ -18,7 +18,8 @@ One tick:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,7 +36,7 @@ from assets.partitions import (
 )
 from pipeline.core.db import Database
 from pipeline.core.tables import utcnow
-from pipeline.evaluation.leases import RequeuedJob, expire_leases, requeued_jobs, retry_run_key
+from pipeline.evaluation.leases import RequeuedJob, expire_leases, requeued_jobs
 from pipeline.triggers.arrival_rows import mark_run_key, pending_arrivals
 from pipeline.triggers.debounce import DebounceCursor, batch_run_key
 from pipeline.triggers.drain import DrainReport, drain_queue
@@ -62,6 +63,14 @@ def evaluation_request(
             TAG_VERSIONS: ",".join(versions),
         },
     )
+
+
+def retry_run_key(model_id: int, jobs: Sequence[RequeuedJob]) -> str:
+    """One key per model and set of (job, expired claims): a tick that sees the same requeued
+    jobs again requests nothing new; a job requeued a second time gets a new key."""
+    ordered = sorted(f"{job.job_id}:{job.expired_claims}" for job in jobs)
+    digest = hashlib.sha256(",".join(ordered).encode()).hexdigest()[:12]
+    return f"retry-{model_id}-{digest}"
 
 
 def retry_requests(db: Database) -> list[dg.RunRequest]:

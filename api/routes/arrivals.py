@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from api.deps import get_db, platform_key
 from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.db import Database
+from pipeline.core.tables import INT32_MAX
 from pipeline.triggers.arrival_rows import arrival_view, list_arrivals
 
 router = APIRouter(prefix="/api/v1", tags=["dataset arrivals"])
@@ -42,7 +43,7 @@ class ArrivalList(BaseModel):
     },
 )
 def get_arrivals(
-    model_id: int | None = Query(None, ge=1, le=2**31 - 1, description="only this model"),
+    model_id: int | None = Query(None, ge=1, le=INT32_MAX, description="only this model"),
     limit: int = Query(100, ge=1, le=1000),
     _: KeyPrincipal = Depends(platform_key("arrivals:read")),
     db: Database = Depends(get_db),

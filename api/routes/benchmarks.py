@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import ModelId, get_db, get_settings, get_store, model_owner_key
+from api.deps import ModelId, get_db, get_store, model_owner_key, request_settings
 from api.streaming_form import read_streaming_form
 from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.config import Settings
@@ -121,7 +121,7 @@ async def upload_benchmark(
     principal: KeyPrincipal = Depends(model_owner_key(UPLOAD_SCOPE)),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
 ) -> BenchmarkUploadResult:
     """Stream the file to a temp file while checking it, then store it as the next version.
 

@@ -12,14 +12,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from api.deps import ModelId, current_user, get_db, get_settings, get_store
+from api.deps import ModelId, current_user, get_db, get_store, request_settings
 from api.errors import ContributionBodyInvalid
-from pipeline.auth.keys import INT32_MAX
 from pipeline.auth.sessions import Identity
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
-from pipeline.core.tables import Contribution
+from pipeline.core.tables import INT32_MAX, Contribution
 from pipeline.core.text import END
 from pipeline.intake.contributions import (
     ContributionRequest,
@@ -129,7 +128,7 @@ async def post_contribution(
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
     idempotency_key: str | None = Header(
         default=None,
         min_length=1,
@@ -207,7 +206,7 @@ def get_contribution_job(
     jobId: UUID,  # noqa: N803
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
 ) -> dict[str, Any]:
     job = get_contribution(db, modelId, str(jobId), user.user_id)
     return contribution_view(job, queue_wait(db, settings, job))

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from api.deps import get_db, get_settings
+from api.deps import get_db, request_settings
 from pipeline.auth.sessions import decode_token
 from pipeline.checks.quality import QualityThresholds
 from pipeline.core.config import Settings
@@ -110,7 +110,7 @@ def contribute_page(
     model_id: str,
     request: Request,
     db: Database = Depends(get_db),
-    settings: Settings = Depends(get_settings),
+    settings: Settings = Depends(request_settings),
 ) -> HTMLResponse:
     if not model_id.isdigit():
         return _not_found(f"There is no model {model_id!r}.")

@@ -22,7 +22,14 @@ from sqlalchemy.orm import Session
 
 from pipeline.auth.usage import billing_month
 from pipeline.core.errors import Conflict, NotFound
-from pipeline.core.tables import ApiKey, KeyUsage, canonical_uuid, isoformat_utc, utcnow
+from pipeline.core.tables import (
+    INT32_MAX,
+    ApiKey,
+    KeyUsage,
+    canonical_uuid,
+    isoformat_utc,
+    utcnow,
+)
 from pipeline.core.text import END, NO_CONTROL_CHARACTERS, has_control_characters
 
 KEY_PREFIX = "mk"
@@ -35,7 +42,6 @@ Environment = Literal["production", "test", "development"]
 MAX_SCOPES = 50
 MAX_SCOPE_CHARS = 100
 MAX_ALLOWED_IPS = 100
-INT32_MAX = 2_147_483_647  # the columns are 32-bit integers on PostgreSQL
 
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"

@@ -18,23 +18,33 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
 from sqlalchemy import update
 
-from pipeline.bootstrap import Services
 from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints, model_benchmarks
 from pipeline.checks.compliance import count_violations, json_value
 from pipeline.checks.integrity import ModelIntegrity
 from pipeline.checks.pii import scan_frame
-from pipeline.checks.quality import QualityReport, UnreadableDataset, check_quality
+from pipeline.checks.quality import QualityReport, check_quality
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, DatasetVersion, Model
+from pipeline.core.tables import (
+    EXTERNAL_VERSION,
+    REJECTED,
+    VALIDATING,
+    Contribution,
+    DatasetVersion,
+    Model,
+)
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
-from pipeline.evaluation.jobs import REJECTED, VALIDATING, fail_job, job_status, transition
+from pipeline.evaluation.jobs import fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
+from pipeline.store.reading import UnreadableDataset
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +94,7 @@ def describe_batch(svc: Services, batch: Batch) -> list[VersionSummary]:
                 .where(DatasetVersion.id == item.dataset_version_id)
                 .values(row_count=len(frame), columns=[str(c) for c in frame.columns])
             )
-            if item.kind == "external" and item.contribution_id:
+            if item.kind == EXTERNAL_VERSION and item.contribution_id:
                 session.execute(
                     update(Contribution)
                     .where(Contribution.id == item.contribution_id)
@@ -105,7 +115,7 @@ class CheckOutcome:
 
 @dataclass(frozen=True)
 class CheckVerdict:
-    """A check step's verdict over its batch, in the terms of a Dagster asset check.
+    """A check step's verdict over its batch: passed or not, and the figures behind it.
 
     `passed` is false when any version failed. `blocking` is true when nothing is left for
     evaluation and rewards, so the failed check stops them; when other versions of the batch

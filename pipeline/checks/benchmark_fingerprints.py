@@ -16,14 +16,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
-from pipeline.checks.dataset_batches import RetypeColumns, file_batches
 from pipeline.checks.fingerprint_files import (
     Fingerprints,
     FingerprintSummary,
@@ -32,9 +31,13 @@ from pipeline.checks.fingerprint_files import (
     read_footer,
 )
 from pipeline.checks.fingerprints import fingerprint_columns
-from pipeline.checks.quality import read_dataset
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
+from pipeline.store.dataset_batches import RetypeColumns, file_batches
+from pipeline.store.reading import read_dataset
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.checks.canonical_cells import CanonicalColumn, canonical_batch
-from pipeline.checks.dataset_batches import RetypeColumns, file_batches
 from pipeline.checks.fingerprints import (
     SCHEME_VERSION,
     RowKeys,
@@ -36,6 +35,7 @@ from pipeline.checks.fingerprints import (
     row_keys,
     scheme_from_sample,
 )
+from pipeline.store.dataset_batches import RetypeColumns, file_batches
 
 # Means and scales come from the first rows of the reference; chance rates from a reservoir.
 STATS_ROWS = 20_000

@@ -29,11 +29,10 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from pipeline.bootstrap import Services
 from pipeline.checks.benchmark_fingerprints import (
     BenchmarkRef,
     benchmark_sample,
@@ -52,6 +51,9 @@ from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_mask
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.evaluation.batches import load_frame
 from pipeline.evaluation.datasets import accepted_items
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

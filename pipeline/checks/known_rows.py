@@ -17,11 +17,11 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from pipeline.bootstrap import Services
 from pipeline.checks.benchmark_fingerprints import (
     PREFIX,
     benchmark_summary,
@@ -32,6 +32,9 @@ from pipeline.checks.fingerprint_files import FingerprintSummary
 from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
 from pipeline.evaluation.batches import VersionItem, load_frame
 from pipeline.evaluation.datasets import accepted_items
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

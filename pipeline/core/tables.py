@@ -35,6 +35,10 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
+# The largest value of an Integer column (32-bit on PostgreSQL): model ids, quotas. A larger id
+# cannot exist, and some drivers overflow on it instead of finding nothing.
+INT32_MAX = 2_147_483_647
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
@@ -119,6 +123,22 @@ class Model(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+# DatasetVersion.kind: rows contributed through the API, a model owner's benchmark upload, or an
+# object dropped into the store directly (an arrival with no API request behind it).
+CONTRIBUTION_VERSION = "contribution"
+BENCHMARK_VERSION = "benchmark"
+EXTERNAL_VERSION = "external"
+
+# Contribution.status; `pipeline.evaluation.jobs` says how a job moves between them.
+QUEUED = "queued"
+VALIDATING = "validating"
+EVALUATING = "evaluating"
+REWARDED = "rewarded"
+REJECTED = "rejected"
+FAILED = "failed"
+STATUSES = (QUEUED, VALIDATING, EVALUATING, REWARDED, REJECTED, FAILED)
+
+
 class DatasetVersion(Base):
     """One immutable dataset under `datasets/{model_id}/{version}/` in the object store."""
 
@@ -131,7 +151,7 @@ class DatasetVersion(Base):
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
     version: Mapped[str] = mapped_column(String(40))
     version_number: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(20))  # contribution | benchmark | external
+    kind: Mapped[str] = mapped_column(String(20))  # *_VERSION above
     object_key: Mapped[str] = mapped_column(String(1024), unique=True)
     uri: Mapped[str] = mapped_column(String(2048))
     file_format: Mapped[str] = mapped_column(String(20))  # parquet | csv | json
@@ -159,7 +179,7 @@ class Contribution(Base):
         ForeignKey("dataset_versions.id"), nullable=True, index=True
     )
     submitter_id: Mapped[str] = mapped_column(String(200), index=True)
-    status: Mapped[str] = mapped_column(String(20), default="queued")
+    status: Mapped[str] = mapped_column(String(20), default=QUEUED)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     submitted_rows: Mapped[int] = mapped_column(Integer)
     benchmark_spec_id: Mapped[str | None] = mapped_column(String(36), nullable=True)

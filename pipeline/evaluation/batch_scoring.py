@@ -10,14 +10,18 @@ This module knows nothing of Dagster; `assets/` wraps it.
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
-from pipeline.bootstrap import Services
+from pipeline.core.tables import VALIDATING
 from pipeline.evaluation.batch_valuation import value_contributions
 from pipeline.evaluation.batches import Batch
 from pipeline.evaluation.datasets import DatasetFrames
-from pipeline.evaluation.jobs import VALIDATING, job_status
+from pipeline.evaluation.jobs import job_status
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.rescore import guarded_rescore, rescore_model, rescore_on_benchmark
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 
 def evaluate_batch(svc: Services, batch: Batch) -> list[EvaluationOutcome]:

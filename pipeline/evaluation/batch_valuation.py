@@ -16,15 +16,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from pipeline.bootstrap import Services
 from pipeline.checks.known_rows import novel_rows
 from pipeline.core.errors import DomainError
-from pipeline.core.tables import BenchmarkSpec, Contribution, Evaluation, new_uuid, utcnow
+from pipeline.core.tables import (
+    EVALUATING,
+    FAILED,
+    QUEUED,
+    REJECTED,
+    VALIDATING,
+    BenchmarkSpec,
+    Contribution,
+    Evaluation,
+    new_uuid,
+    utcnow,
+)
 from pipeline.evaluation.batches import Batch, VersionItem
 from pipeline.evaluation.datasets import (
     BenchmarkData,
@@ -34,15 +44,7 @@ from pipeline.evaluation.datasets import (
     latest_benchmark,
     model_settings,
 )
-from pipeline.evaluation.jobs import (
-    EVALUATING,
-    FAILED,
-    QUEUED,
-    REJECTED,
-    VALIDATING,
-    fail_job,
-    transition,
-)
+from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import (
@@ -52,6 +54,9 @@ from pipeline.rewards.valuation import (
     ValuationSettings,
     value_batch,
 )
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

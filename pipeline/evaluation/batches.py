@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.checks.quality import read_dataset
 from pipeline.core.tables import DatasetVersion
 from pipeline.store.objectstore import ObjectStore
+from pipeline.store.reading import read_dataset
 
 # --- batches -------------------------------------------------------------------------------
 

@@ -18,13 +18,16 @@ import logging
 import uuid
 from contextlib import suppress
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.bootstrap import Services
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
+    EXTERNAL_VERSION,
+    QUEUED,
+    VALIDATING,
     BenchmarkSpec,
     Contribution,
     DatasetVersion,
@@ -33,8 +36,11 @@ from pipeline.core.tables import (
     utcnow,
 )
 from pipeline.evaluation.batches import Batch, VersionItem, version_item
-from pipeline.evaluation.jobs import QUEUED, VALIDATING, normalize_trigger, transition
+from pipeline.evaluation.jobs import normalize_trigger, transition
 from pipeline.evaluation.leases import expire_leases
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +115,7 @@ def _open_external_jobs(svc: Services, model_id: int, up_to: int) -> None:
         orphans = session.scalars(
             select(DatasetVersion).where(
                 DatasetVersion.model_id == model_id,
-                DatasetVersion.kind == "external",
+                DatasetVersion.kind == EXTERNAL_VERSION,
                 DatasetVersion.version_number <= up_to,
                 ~exists().where(Contribution.dataset_version_id == DatasetVersion.id),
             )

@@ -13,16 +13,19 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import DomainError, InvalidInput
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, load_frame, version_item
-from pipeline.evaluation.jobs import EVALUATING, REWARDED
+from pipeline.evaluation.jobs import accepted_contribution
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 
 @dataclass(frozen=True)
@@ -122,14 +125,6 @@ def accepted_items(
             .order_by(DatasetVersion.version_number)
         ).all()
     return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
-
-
-def accepted_contribution() -> ColumnElement[bool]:
-    """SQL condition of a contribution whose rows train the model (see the module docstring)."""
-    return or_(
-        Contribution.status == REWARDED,
-        and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
-    )
 
 
 def model_settings(db: Database, model_id: int) -> tuple[str, str]:

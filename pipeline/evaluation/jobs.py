@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, or_, select, update
 
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, utcnow
-from pipeline.evaluation.batches import VersionItem
+from pipeline.core.tables import (
+    EVALUATING,
+    FAILED,
+    REWARDED,
+    VALIDATING,
+    Contribution,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from pipeline.evaluation.batches import VersionItem
 
 log = logging.getLogger(__name__)
-
-QUEUED = "queued"
-VALIDATING = "validating"
-EVALUATING = "evaluating"
-REWARDED = "rewarded"
-REJECTED = "rejected"
-FAILED = "failed"
-STATUSES = (QUEUED, VALIDATING, EVALUATING, REWARDED, REJECTED, FAILED)
 
 TRIGGERS = ("arrival", "schedule", "manual")
 
@@ -49,6 +50,18 @@ def transition(
             .values(status=to, updated_at=utcnow(), **values)
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def accepted_contribution() -> ColumnElement[bool]:
+    """SQL condition of a contribution whose rows train the model: status `rewarded`, or
+    `evaluating` with a positive share (valued, rewards pending).
+
+    `pipeline.evaluation.datasets` reads these rows; `pipeline.rewards.ledger` audits them.
+    """
+    return or_(
+        Contribution.status == REWARDED,
+        and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
+    )
 
 
 def job_status(db: Database, job_id: str) -> str | None:

@@ -14,18 +14,24 @@ which runs to request).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, or_, select, update
 
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, DatasetVersion, isoformat_utc, utcnow
-from pipeline.evaluation.jobs import EVALUATING, FAILED, QUEUED, VALIDATING
+from pipeline.core.tables import (
+    EVALUATING,
+    FAILED,
+    QUEUED,
+    VALIDATING,
+    Contribution,
+    DatasetVersion,
+    isoformat_utc,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -199,11 +205,3 @@ def requeued_jobs(db: Database, limit: int = EXPIRE_LIMIT) -> list[RequeuedJob]:
             .limit(limit)
         ).all()
     return [RequeuedJob(*row) for row in rows]
-
-
-def retry_run_key(model_id: int, jobs: Sequence[RequeuedJob]) -> str:
-    """One key per model and set of (job, expired claims): a tick that sees the same requeued
-    jobs again requests nothing new; a job requeued a second time gets a new key."""
-    ordered = sorted(f"{job.job_id}:{job.expired_claims}" for job in jobs)
-    digest = hashlib.sha256(",".join(ordered).encode()).hexdigest()[:12]
-    return f"retry-{model_id}-{digest}"

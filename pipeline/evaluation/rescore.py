@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.core.errors import DomainError
-from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Evaluation
+from pipeline.core.tables import FAILED, BenchmarkSpec, DatasetVersion, Evaluation
 from pipeline.evaluation.batches import Batch, VersionItem
 from pipeline.evaluation.comparison import EvaluationResult, evaluate_contribution
 from pipeline.evaluation.datasets import (
@@ -25,8 +25,11 @@ from pipeline.evaluation.datasets import (
     latest_benchmark,
     model_settings,
 )
-from pipeline.evaluation.jobs import FAILED, normalize_trigger
+from pipeline.evaluation.jobs import normalize_trigger
 from pipeline.evaluation.outcomes import EvaluationOutcome
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

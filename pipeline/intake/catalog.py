@@ -17,7 +17,14 @@ from typing import Any
 from sqlalchemy import select
 
 from pipeline.core.db import Database
-from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
+from pipeline.core.tables import (
+    FAILED,
+    REJECTED,
+    BenchmarkSpec,
+    Contribution,
+    DatasetVersion,
+    Model,
+)
 from pipeline.intake.parquet_rows import arrow_schema_for
 
 
@@ -42,7 +49,7 @@ class VersionFacts:
     @property
     def failed_or_rejected(self) -> bool:
         """The version's job ended without being accepted."""
-        return self.status in ("rejected", "failed")
+        return self.status in (REJECTED, FAILED)
 
 
 def version_facts(db: Database, model_id: int, versions: Iterable[str]) -> dict[str, VersionFacts]:

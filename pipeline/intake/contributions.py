@@ -15,10 +15,18 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
-from pipeline.core.tables import Contribution, DatasetArrival, DatasetVersion, isoformat_utc, utcnow
+from pipeline.core.tables import (
+    CONTRIBUTION_VERSION,
+    QUEUED,
+    Contribution,
+    DatasetArrival,
+    DatasetVersion,
+    isoformat_utc,
+    utcnow,
+)
 from pipeline.intake.jsonrows import ListRows, RowSource
 from pipeline.intake.parquet_rows import RowTableBuilder, table_to_parquet_bytes
-from pipeline.intake.versions import VersionFacts, new_dataset_version
+from pipeline.intake.versions import VersionRecord, new_dataset_version
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError, dedupe, validator_for
 from pipeline.models.registry import get_model
 from pipeline.rewards.manifests import (
@@ -168,18 +176,18 @@ def submit_contribution(
     del table  # the Parquet bytes are all that is kept from here on
 
     columns = list(model.data_spec.get("properties", {}))
-    facts = VersionFacts("contribution", PARQUET, row_count, columns, request.manifest)
+    record = VersionRecord(CONTRIBUTION_VERSION, PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:
             if manifest_bytes is not None:
                 draft.put_bytes(draft.key(MANIFEST_FILENAME), manifest_bytes)
             stored = draft.put_bytes(draft.key(ROWS_FILENAME), payload)
-            with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
+            with draft.recording(stored, record, local_queue=local_queue) as (session, dataset):
                 job = Contribution(
                     model_id=model.id,
                     dataset_version_id=dataset.id,
                     submitter_id=submitter_id,
-                    status="queued",
+                    status=QUEUED,
                     submitted_rows=row_count,
                     benchmark_spec_id=request.benchmark_spec_id,
                     schema_version=request.schema_version,
@@ -294,7 +302,7 @@ def queue_wait(
     already carries a reason (checks passed, no benchmark yet) waits for an event with no
     date: None.
     """
-    if job.status != "queued" or job.reason or job.dataset_version_id is None:
+    if job.status != QUEUED or job.reason or job.dataset_version_id is None:
         return None
     now = now or utcnow()
     window = settings.evaluation_debounce_window_seconds

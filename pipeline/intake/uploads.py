@@ -29,11 +29,11 @@ from pipeline.checks.pii import PiiReport, scan_frame
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.core.tables import BenchmarkSpec, DatasetVersion
+from pipeline.core.tables import BENCHMARK_VERSION, BenchmarkSpec, DatasetVersion
 from pipeline.evaluation.metrics import validate_metric
 from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
-from pipeline.intake.versions import VersionDraft, VersionFacts, new_dataset_version
+from pipeline.intake.versions import VersionDraft, VersionRecord, new_dataset_version
 from pipeline.models.registry import get_model
 from pipeline.store.objectstore import ObjectStore, StoredObject
 
@@ -274,10 +274,10 @@ class _CheckedUpload:
     fingerprints: Path | None
     fingerprinted_rows: int
 
-    def version_facts(self) -> VersionFacts:
+    def version_record(self) -> VersionRecord:
         profile = self.received.profile
-        return VersionFacts(
-            "benchmark", self.received.file_format, profile.row_count, list(profile.columns)
+        return VersionRecord(
+            BENCHMARK_VERSION, self.received.file_format, profile.row_count, list(profile.columns)
         )
 
 
@@ -328,7 +328,7 @@ def accept_benchmark_upload(
     checked = _check_upload(settings, target, intake, fields, watch)
     received = checked.received
     name = stored_filename(intake.filename, received.file_format)
-    facts = checked.version_facts()
+    record = checked.version_record()
     with new_dataset_version(db, store, target.model_id) as draft:
         # Fingerprints first: an arrival announced by the dataset object finds them.
         if checked.fingerprints is not None:
@@ -336,7 +336,7 @@ def accept_benchmark_upload(
             draft.put_file(key, checked.fingerprints)
         stored = store_received(draft, draft.key(name), received)
         watch.lap("object write")
-        with draft.recording(stored, facts, local_queue=local_queue) as (session, dataset):
+        with draft.recording(stored, record, local_queue=local_queue) as (session, dataset):
             spec = record_benchmark(
                 session,
                 target=target,

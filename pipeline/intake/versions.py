@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class VersionFacts:
+class VersionRecord:
     """What the version row records beyond what the store reports about the data object."""
 
     kind: str  # contribution | benchmark
@@ -70,7 +70,7 @@ class VersionDraft:
 
     @contextmanager
     def recording(
-        self, data: StoredObject, facts: VersionFacts, *, local_queue: bool
+        self, data: StoredObject, record: VersionRecord, *, local_queue: bool
     ) -> Iterator[tuple[Session, DatasetVersion]]:
         """The one transaction: the version row (flushed, so its id is known), then the
         caller's rows in the block, then the arrival event with `local_queue`."""
@@ -79,15 +79,15 @@ class VersionDraft:
                 model_id=self.model_id,
                 version=self.version,
                 version_number=self.number,
-                kind=facts.kind,
+                kind=record.kind,
                 object_key=data.key,
                 uri=data.uri,
-                file_format=facts.file_format,
+                file_format=record.file_format,
                 sha256=data.sha256,
                 size_bytes=data.size_bytes,
-                row_count=facts.row_count,
-                columns=facts.columns,
-                manifest=facts.manifest,
+                row_count=record.row_count,
+                columns=record.columns,
+                manifest=record.manifest,
             )
             session.add(dataset)
             session.flush()

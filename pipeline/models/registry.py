@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from pipeline.auth.orgs import Role
 from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, InvalidInput, NotFound
-from pipeline.core.tables import Model, OrgMember
+from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import validate_estimator
 
@@ -171,12 +171,9 @@ def require_model_owner(db: Database, model_id: int, user_id: str, key_org_id: s
             )
 
 
-MAX_ID = 2**31 - 1
-
-
 def get_model(session: Session, model_id: int) -> Model:
     # Ids outside the integer column's range cannot exist; some drivers overflow on them.
-    model = session.get(Model, model_id) if 1 <= model_id <= MAX_ID else None
+    model = session.get(Model, model_id) if 1 <= model_id <= INT32_MAX else None
     if model is None:
         raise NotFound(f"model {model_id} not found")
     return model
@@ -214,7 +211,7 @@ def allocate_version(db: Database, model_id: int) -> tuple[int, str]:
     Versions are monotonic per model; a failed write leaves a gap rather than reusing a
     number whose object may already have been announced to the arrival queue.
     """
-    if not 1 <= model_id <= MAX_ID:
+    if not 1 <= model_id <= INT32_MAX:
         raise NotFound(f"model {model_id} not found")
     with db.session() as session:
         number = session.execute(

@@ -15,6 +15,8 @@ from sqlalchemy.orm import aliased
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, NotFound
 from pipeline.core.tables import (
+    CONTRIBUTION_VERSION,
+    EXTERNAL_VERSION,
     BenchmarkSpec,
     Contribution,
     ContributorProfile,
@@ -25,7 +27,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
-from pipeline.evaluation.datasets import accepted_contribution
+from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 from pipeline.rewards.manifests import parse_manifest
 
@@ -116,7 +118,9 @@ def model_evaluations(db: Database, model_id: int, limit: int = DEFAULT_LIMIT) -
         "evaluations": [
             {
                 "id": evaluation.id,
-                "kind": "contribution" if kind in ("contribution", "external") else "rescore",
+                "kind": "contribution"
+                if kind in (CONTRIBUTION_VERSION, EXTERNAL_VERSION)
+                else "rescore",
                 "trigger": evaluation.trigger,
                 "datasetVersion": version,
                 "benchmarkSpecId": evaluation.benchmark_spec_id,

@@ -22,15 +22,16 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
+    EVALUATING,
+    REWARDED,
     Contribution,
     ContributorProfile,
     DatasetVersion,
@@ -39,7 +40,6 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.jobs import EVALUATING, REWARDED
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import (
     TOKEN_DECIMALS,
@@ -55,6 +55,9 @@ from pipeline.rewards.manifests import (
     read_version_manifest,
     recipients,
 )
+
+if TYPE_CHECKING:
+    from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
 

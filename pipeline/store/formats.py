@@ -4,7 +4,7 @@ A dataset file is CSV, Parquet or JSON (an array of row objects, or one object a
 extension decides which an object in the store is (`pipeline.triggers.arrival_keys`) and which a row
 file of the CLI is read as (`cli.datafiles`); an upload's format is decided by its content
 (`pipeline.intake.receiving`), and a name claiming another upload format is refused. The format
-name is what a `DatasetVersion.file_format` holds and what `pipeline.checks.quality.read_dataset`
+name is what a `DatasetVersion.file_format` holds and what `pipeline.store.reading.read_dataset`
 reads. This module imports nothing heavy: the CLI reads it at start.
 """
 

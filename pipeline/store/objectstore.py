@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import boto3
 from botocore.exceptions import ClientError
 
 from pipeline.core.config import Settings
@@ -223,6 +222,10 @@ class S3ObjectStore:
 
 
 def s3_client(settings: Settings, service: str = "s3") -> Any:
+    # boto3 costs ~0.1-0.5 s to import; every API and CLI start imports this module, and with a
+    # local store (the default) none of them needs an S3 or SQS client.
+    import boto3
+
     return boto3.client(
         service, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region
     )

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipeline.core.tables import INT32_MAX
 from pipeline.rewards.manifests import MANIFEST_FILENAME
 from pipeline.store.formats import format_of
 
 KEY_PATTERN = re.compile(r"^datasets/([1-9][0-9]{0,9})/(v[1-9][0-9]{0,8})/([^/]+)$")
-MAX_MODEL_ID = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def parse_dataset_key(key: str) -> DatasetObjectKey | None:
     if filename.startswith(".") or filename == MANIFEST_FILENAME:
         return None
     file_format = format_of(filename)
-    if file_format is None or int(model) > MAX_MODEL_ID:
+    if file_format is None or int(model) > INT32_MAX:
         return None
     return DatasetObjectKey(int(model), version, int(version[1:]), filename, file_format)
 

@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.core.db import Database
-from pipeline.core.tables import DatasetArrival, DatasetVersion, Model
+from pipeline.core.tables import EXTERNAL_VERSION, DatasetArrival, DatasetVersion, Model
 from pipeline.rewards.manifests import InvalidManifest, read_version_manifest
 from pipeline.store.objectstore import ObjectStore, sha256_file
 from pipeline.store.queue import ObjectArrival
@@ -209,7 +209,7 @@ def _external_version(
         model_id=parsed.model_id,
         version=parsed.version,
         version_number=parsed.version_number,
-        kind="external",
+        kind=EXTERNAL_VERSION,
         object_key=key,
         uri=store.uri(key),
         file_format=parsed.file_format,

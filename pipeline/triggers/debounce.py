@@ -42,7 +42,11 @@ def run_request_due(first_seen: datetime, window_seconds: float, poll_seconds: f
 
 def batch_run_key(model_id: int, versions: list[str]) -> str:
     """The same model and set of versions always give the same key, so a re-evaluated tick
-    requests nothing new; a different batch of the same model gets a different key."""
+    requests nothing new; a different batch of the same model gets a different key.
+
+    It stays in the core, not with the sensor: it is stored on the batch's arrival rows
+    (`DatasetArrival.run_key`), and `pipeline.intake.contributions.queue_wait` reads it to
+    tell which arrivals went into the same run."""
     ordered = sorted(set(versions), key=version_number)
     digest = hashlib.sha256(",".join(ordered).encode()).hexdigest()[:12]
     return f"arrival-{model_id}-{ordered[-1]}-{digest}"

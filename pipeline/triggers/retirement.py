@@ -26,8 +26,16 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.orm import Session
 
-from pipeline.core.tables import Contribution, DatasetVersion, Evaluation, Model
-from pipeline.evaluation.jobs import FAILED, REJECTED, REWARDED
+from pipeline.core.tables import (
+    BENCHMARK_VERSION,
+    FAILED,
+    REJECTED,
+    REWARDED,
+    Contribution,
+    DatasetVersion,
+    Evaluation,
+    Model,
+)
 
 FINAL_STATUSES = (REWARDED, REJECTED, FAILED)
 
@@ -56,7 +64,7 @@ def settled_versions(
         or_(Contribution.status.not_in(FINAL_STATUSES), Contribution.updated_at > settled_before),
     )
     scored_benchmark = and_(
-        DatasetVersion.kind == "benchmark",
+        DatasetVersion.kind == BENCHMARK_VERSION,
         exists().where(
             Evaluation.dataset_version_id == DatasetVersion.id,
             Evaluation.created_at <= settled_before,

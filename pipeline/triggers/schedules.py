@@ -273,6 +273,9 @@ class ScheduledRun:
 
 
 def schedule_run_key(model_id: int, tick: datetime) -> str:
+    """The run key of one schedule's tick. It is part of firing, not of Dagster: a firing
+    that is not committed fires the same tick again, and only the same key lets the run
+    launcher (whatever it is) see that it already asked for that run."""
     return f"schedule-{model_id}-{tick.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 

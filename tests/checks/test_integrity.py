@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap import Services
-from pipeline.checks import dataset_batches, fingerprint_files
+from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
 from pipeline.checks.benchmark_fingerprints import (
@@ -33,10 +33,10 @@ from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_acc
 from pipeline.checks.labels import check_labels
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.tables import RewardEntry
+from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.datasets import accepted_items
-from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
+from pipeline.store import dataset_batches
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (
     BENCHMARK_ROWS,

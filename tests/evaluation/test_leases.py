@@ -27,9 +27,9 @@ from sqlalchemy import update
 from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, utcnow
+from pipeline.core.tables import EVALUATING, FAILED, QUEUED, VALIDATING, Contribution, utcnow
 from pipeline.evaluation.claims import claim_batch
-from pipeline.evaluation.jobs import EVALUATING, FAILED, QUEUED, VALIDATING, transition
+from pipeline.evaluation.jobs import transition
 from pipeline.evaluation.leases import LeaseKeeper, expire_leases, renew_leases, requeued_jobs
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job

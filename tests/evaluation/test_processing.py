@@ -19,11 +19,19 @@ from pipeline.checks.batch import count_spec_violations, run_quality_checks, ver
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import DomainError
-from pipeline.core.tables import Contribution, Evaluation, RewardEntry
+from pipeline.core.tables import (
+    EVALUATING,
+    QUEUED,
+    REJECTED,
+    REWARDED,
+    VALIDATING,
+    Contribution,
+    Evaluation,
+    RewardEntry,
+)
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.datasets import benchmark_eval_rows
-from pipeline.evaluation.jobs import EVALUATING, QUEUED, REJECTED, REWARDED, VALIDATING
 from pipeline.evaluation.rescore import rescore_model
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.formula import to_checksum_address

@@ -23,7 +23,6 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 from sqlalchemy import func, select
 
-from pipeline.checks.quality import UnreadableDataset, read_dataset
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Unprocessable
@@ -37,6 +36,7 @@ from pipeline.store.bounded_read import (
     read_csv_table,
     read_parquet_table,
 )
+from pipeline.store.reading import UnreadableDataset, read_dataset
 from tests.support.hostile_parquet import (
     FILE_NUM_ROWS,
     RG_NUM_ROWS,
@@ -225,8 +225,8 @@ def test_a_hostile_external_file_fails_the_readability_check(
 ) -> None:
     from pipeline.bootstrap import Services
     from pipeline.checks.batch import describe_batch, readability_outcomes
+    from pipeline.core.tables import REJECTED
     from pipeline.evaluation.claims import claim_batch
-    from pipeline.evaluation.jobs import REJECTED
     from pipeline.store.objectstore import LocalObjectStore
     from tests.support.pipeline import add_external
 
@@ -268,7 +268,7 @@ CHILD = textwrap.dedent(
 
     from pipeline.core.errors import DomainError
     from pipeline.intake.profiles import profile_parquet
-    from pipeline.checks.quality import UnreadableDataset, read_dataset
+    from pipeline.store.reading import UnreadableDataset, read_dataset
 
     path = Path(sys.argv[1])
     out = {}

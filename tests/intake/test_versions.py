@@ -10,12 +10,12 @@ from sqlalchemy import func, select
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import ArrivalEvent, DatasetVersion
-from pipeline.intake.versions import VersionFacts, new_dataset_version
+from pipeline.intake.versions import VersionRecord, new_dataset_version
 from pipeline.models.registry import allocate_version
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.scheduling import demo_model_id
 
-FACTS = VersionFacts(kind="contribution", file_format="csv", row_count=1, columns=["a"])
+RECORD = VersionRecord(kind="contribution", file_format="csv", row_count=1, columns=["a"])
 
 
 def _objects(root: Path) -> list[Path]:
@@ -37,7 +37,7 @@ def test_a_version_is_written_with_its_row_and_arrival_event(
     with new_dataset_version(db, store, model) as draft:
         draft.put_bytes(draft.key("manifest.json"), b"{}")
         data = draft.put_bytes(draft.key("rows.csv"), b"a\n1\n")
-        with draft.recording(data, FACTS, local_queue=True) as (_, dataset):
+        with draft.recording(data, RECORD, local_queue=True) as (_, dataset):
             assert dataset.id is not None  # flushed: the caller's rows can point at it
     assert (draft.number, draft.version) == (1, "v1")
     assert _rows(db) == (1, 1)
@@ -53,7 +53,7 @@ def test_a_failure_before_commit_deletes_every_object_and_leaves_a_gap(
     with failing, new_dataset_version(db, store, model) as draft:
         draft.put_bytes(draft.key("manifest.json"), b"{}")
         data = draft.put_bytes(draft.key("rows.csv"), b"a\n1\n")
-        with draft.recording(data, FACTS, local_queue=True):
+        with draft.recording(data, RECORD, local_queue=True):
             raise RuntimeError("injected failure before commit")
     assert _rows(db) == (0, 0)
     assert _objects(settings.objects_dir) == []

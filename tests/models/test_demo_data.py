@@ -19,6 +19,7 @@ from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
+from pipeline.core.tables import REWARDED
 from pipeline.demo.demo_data import (
     DemoData,
     DemoModel,
@@ -26,7 +27,6 @@ from pipeline.demo.demo_data import (
     make_demo_data,
 )
 from pipeline.evaluation.comparison import evaluate_contribution
-from pipeline.evaluation.jobs import REWARDED
 from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.manifests import parse_manifest

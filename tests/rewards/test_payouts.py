@@ -19,11 +19,17 @@ from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
-from pipeline.core.tables import Contribution, Evaluation, RewardEntry
+from pipeline.core.tables import (
+    EVALUATING,
+    REJECTED,
+    REWARDED,
+    Contribution,
+    Evaluation,
+    RewardEntry,
+)
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.claims import claim_batch
-from pipeline.evaluation.jobs import EVALUATING, REJECTED, REWARDED
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.checks.quality import read_dataset
+from pipeline.store.reading import read_dataset
 
 CSV_BLOCK_BYTES = 256 * 1024
 CSV_HEAD_BYTES = 1024 * 1024
