@@ -35,7 +35,7 @@ from pipeline.models.registry import demo_definition
 CONTRACTS = ["month-to-month", "one-year", "two-year"]
 METHODS = ["card", "bank-transfer", "electronic-check", "mailed-check"]
 BROKEN_EVERY = 997  # one row in 997 breaks a rule of the data-spec
-# As the pipeline reads CSV (pipeline/checks/quality.py): an empty field is a missing cell.
+# As the pipeline reads CSV (pipeline/store/reading.py): an empty field is a missing cell.
 CSV_OPTIONS = pacsv.ConvertOptions(strings_can_be_null=True)
 
 
