@@ -27,11 +27,13 @@ for _name in [n for n in os.environ if n.startswith(("DATASET_", "SERVICE_", "EN
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from cli.main import main  # noqa: E402
 from pipeline.core.config import Settings  # noqa: E402
 from pipeline.core.db import Database  # noqa: E402
 from pipeline.core.migrate import upgrade  # noqa: E402
 from pipeline.core.tables import Base  # noqa: E402
 from pipeline.models.registry import seed_demo_model  # noqa: E402
+from tests.support.live_server import serve  # noqa: E402
 
 PG_HOST = os.environ.get("TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TEST_PG_PORT", "5432"))
@@ -257,3 +259,23 @@ def s3_settings(make_settings: Callable[..., Settings], s3_resources: dict[str, 
 def redis_url() -> str:
     require_service("Redis", "127.0.0.1", 6379)
     return REDIS_URL
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[str]:
+    """The app for the test's settings on a free loopback port (a real uvicorn); its base URL."""
+    with serve(settings) as (base_url, _):
+        yield base_url
+
+
+@pytest.fixture
+def run(live: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """Run `marketplace ARGS --url LIVE` in process; returns (exit status, stdout, stderr)."""
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main([*args, "--url", live])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return invoke

@@ -16,7 +16,6 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     Page,
     backend,
     browser,
-    live,
     tracked_page,
 )
 

@@ -28,7 +28,6 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     ARTIFACTS,
     backend,
     browser,
-    live,
     page,
     tracked_page,
 )

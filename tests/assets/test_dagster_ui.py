@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from pipeline.intake.catalog import version_facts
 from pipeline.store.objectstore import LocalObjectStore
 from tests.cli.test_dev_command import free_port
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
+from tests.support.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 120
@@ -133,13 +133,7 @@ def dagster_webserver(home: Path, port: int, settings: Settings) -> Iterator[str
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(timeout=10)
+        stop_group(server)
         log.close()
 
 

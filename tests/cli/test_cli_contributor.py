@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,10 @@ from sqlalchemy import select, update
 from cli.client import MarketplaceClient, RetryPolicy
 from cli.contribute import batch_idempotency_key
 from cli.datafiles import batches, convert_cell, read_rows
-from cli.main import main
-from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from tests.conftest import TEST_ADMIN_TOKEN
-from tests.support.live_server import serve
 
 pytestmark = pytest.mark.slow
 
@@ -60,25 +57,6 @@ def _no_ambient_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("MARKETPLACE_URL", "MARKETPLACE_TOKEN", "MARKETPLACE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("MARKETPLACE_ADMIN_TOKEN", raising=False)
-
-
-@pytest.fixture
-def live(settings: Settings) -> Iterator[str]:
-    with serve(settings) as (base_url, _):
-        yield base_url
-
-
-@pytest.fixture
-def run(live: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    """Run `marketplace ARGS --url LIVE`; returns (exit status, stdout, stderr)."""
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main([*args, "--url", live])
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return invoke
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str] = COLUMNS) -> Path:

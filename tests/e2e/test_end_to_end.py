@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 from pipeline.core.config import Settings
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from tests.support.pipeline import WALLET_A, manifest
+from tests.support.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_SECONDS = 240
@@ -73,13 +73,7 @@ def dagster_daemon(settings: Settings, home: Path) -> Iterator[subprocess.Popen[
     try:
         yield daemon
     finally:
-        if daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
-                daemon.wait(timeout=10)
+        stop_group(daemon)
         log.close()
 
 

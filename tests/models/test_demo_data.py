@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 
 from cli.contribute import load_manifest
 from cli.datafiles import read_rows
-from cli.main import main
 from cli.upload import model_upload_fields
 from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
@@ -31,7 +30,6 @@ from pipeline.models.dataspec import RowValidator
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.manifests import parse_manifest
 from pipeline.store.objectstore import LocalObjectStore
-from tests.support.live_server import serve
 from tests.support.pipeline import add_benchmark, contribute, job, run_pipeline
 
 
@@ -211,23 +209,6 @@ def test_a_required_property_no_generator_can_fill_is_named() -> None:
 
 
 # --- the command -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def live(settings: Settings) -> Iterator[str]:
-    with serve(settings) as (base_url, _):
-        yield base_url
-
-
-@pytest.fixture
-def run(live: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    def invoke(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main([*args, "--url", live])
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return invoke
 
 
 @pytest.mark.slow

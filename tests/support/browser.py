@@ -14,9 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.core.config import Settings
 from tests.conftest import IN_CI
-from tests.support.live_server import serve
 
 CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
 # What works for headless Chromium on these machines (no network beyond loopback, root).
@@ -58,12 +56,6 @@ def browser() -> Iterator[Any]:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
-
-
-@pytest.fixture
-def live(settings: Settings) -> Iterator[str]:
-    with serve(settings) as (base_url, _):
-        yield base_url
 
 
 class Page:

@@ -136,3 +136,15 @@ def start_serve(
 
 def log_of(tmp_path: Path) -> str:
     return (tmp_path / "server.log").read_text(errors="replace")[-3000:]
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
+    """SIGTERM a process started in its own session, and its whole group; SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
