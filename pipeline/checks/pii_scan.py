@@ -127,8 +127,7 @@ class _ColumnCandidates:
 
     def _over(self, more_values: int, more_chars: int) -> bool:
         return (
-            len(self.bits) + more_values > self.limit
-            or self.chars + more_chars > self.char_budget
+            len(self.bits) + more_values > self.limit or self.chars + more_chars > self.char_budget
         )
 
 

@@ -152,8 +152,9 @@ def test_an_external_parquet_with_pii_only_in_its_last_row_group(
     sink = io.BytesIO()
     table = notes_table(6_000, [f"wrote to ann{i}@example.org, no answer" for i in range(5)])
     pq.write_table(table, sink, row_group_size=1_500)
+    payload = sink.getvalue()
     version = add_external(
-        db, store, sink.getvalue(), filename="data.parquet", file_format="parquet", model_id=model_id
+        db, store, payload, filename="data.parquet", file_format="parquet", model_id=model_id
     )
 
     row = checked(svc, version, model_id)

@@ -1,4 +1,4 @@
-"""The PII rule holds for the whole uploaded file (spec §4.3 allow_pii): every text value is scanned.
+"""The PII rule holds for the whole uploaded file (spec §4.3 allow_pii): every text value counts.
 
 Files are real CSV and Parquet, written by pyarrow, sent through the upload route; the PII sits
 where a head sample never looks: the last rows, the last row group, a second text column. The
@@ -20,19 +20,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.core.config import Settings
-from tests.intake.test_uploads import (  # noqa: F401 - key_headers is a fixture
-    FEATURES,
-    TARGET,
-    assert_nothing_stored,
-    key_headers,
-    upload,
-)
-
+from tests.intake.test_uploads import FEATURES, OWNER, TARGET, assert_nothing_stored, upload
 
 
 @pytest.fixture
 def settings(make_settings: Callable[..., Settings]) -> Settings:
     return make_settings(max_sample_size=2_000)
+
+
+@pytest.fixture
+def key_headers(platform_key: Callable[..., str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {platform_key(OWNER, scopes=['benchmarks:write'])}"}
 
 
 CITIES = ["Lyon", "Porto", "Leeds", "Graz", "Turin", "Ghent", "Cork", "Brno"]
@@ -49,7 +47,7 @@ def churn_table(rows: int, seed: int = 3, **text: list[Any]) -> pa.Table:
     """Churn-shaped rows with a distinct, clean free-text `note` (ids and order numbers in it)."""
     rng = np.random.default_rng(seed)
     notes = [
-        f"order {i} for customer {7000 + i % 9000}-VHV, shipped to {CITIES[i % 8]}, ref ORD-{i % 97}"
+        f"order {i} for customer {7000 + i % 9000}-VHV, to {CITIES[i % 8]}, ref ORD-{i % 97}"
         for i in range(rows)
     ]
     columns: dict[str, Any] = {
