@@ -221,6 +221,21 @@ def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> 
     assert pii_scan.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
 
 
+def test_beyond_the_bound_the_sample_is_uniform_over_the_file_not_its_head(tmp_path: Path) -> None:
+    settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=500)
+    # 9,000 candidates Presidio clears (no such top-level domain), then 1,000 real addresses.
+    values = [f"x{i}@y.zzz" for i in range(9_000)] + [f"user{i}@example.com" for i in range(1_000)]
+    shuffled = values[500:] + values[:500]
+
+    report = pii_scan.scan_frame(pd.DataFrame({"contact": values}), settings)
+    again = pii_scan.scan_frame(pd.DataFrame({"contact": shuffled}), settings)
+
+    assert report.sampled and report.confirmed_values == 500
+    found = report.findings["contact"]["EMAIL_ADDRESS"]
+    assert 25 <= found <= 80  # about 500 x 1,000 / 10,000; a head sample would find none
+    assert again.findings == report.findings  # the sample depends on the values, not the order
+
+
 def test_duplicates_are_confirmed_once(settings: Settings) -> None:
     df = pd.DataFrame({"email": ["alice@example.com"] * 500 + [None] * 5 + [""] * 5})
 
