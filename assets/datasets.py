@@ -328,13 +328,15 @@ def quality_thresholds(
 
 
 def pii_figures(outcome: CheckOutcome) -> dict[str, Any]:
-    """The scan's counts: findings is the number of sampled values holding PII."""
+    """The scan's counts: findings is the number of distinct values holding PII (per type)."""
     findings: dict[str, dict[str, int]] = outcome.figures.get("findings") or {}
     return {
         "findings": sum(n for counts in findings.values() for n in counts.values()),
         "pii_columns": ", ".join(findings),
         "entity_types": ", ".join(sorted({e for counts in findings.values() for e in counts})),
         "scanned_values": outcome.figures.get("scanned_values"),
+        "candidate_values": outcome.figures.get("candidate_values"),
+        "confirmed_values": outcome.figures.get("confirmed_values"),
     }
 
 

@@ -131,7 +131,7 @@ async def upload_benchmark(
     intake = DatasetIntake(
         upload_tmp_root(settings),
         max_bytes=settings.upload_max_bytes,
-        sample_size=settings.max_sample_size,
+        pii=settings,
     )
 
     def on_file(filename: str | None) -> None:

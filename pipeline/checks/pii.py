@@ -1,4 +1,4 @@
-"""PII scanning of tabular data: one offline Presidio analyzer shared by the API and the pipeline.
+"""PII confirmation: one offline Presidio analyzer shared by the API and the pipeline.
 
 The analyzer runs Presidio's pattern recognizers (e-mail, phone, credit card, IBAN, IP address,
 US SSN, URL, Bitcoin address) plus one for Ethereum wallet addresses, on a blank spaCy pipeline:
@@ -6,9 +6,9 @@ no trained spaCy model exists on our machines and none may be downloaded, and pa
 recognizers only need the tokenizer. Nothing here touches the network: tldextract, which the
 e-mail recognizer uses to check domains, is pointed at the public suffix list bundled with it.
 
-A scan reads only text columns, de-duplicates each column, and samples at most
-MAX_SAMPLE_SIZE values shared fairly between the columns, so its cost is bounded whatever the
-file size. Reports name columns and entity types with counts, never the values themselves.
+Presidio only sees the values the Arrow pre-filter passes (`pipeline.checks.pii_prefilter`),
+each with the recognizers of the entity types the pre-filter saw in it; the scan of whole
+files is `pipeline.checks.pii_scan`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,10 @@ import re
 import shutil
 import tempfile
 import threading
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-
-from pipeline.core.config import Settings
+from pipeline.checks.pii_prefilter import ETHEREUM_ADDRESS
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine, RecognizerResult
@@ -54,110 +49,43 @@ _PHONE_CANDIDATE = re.compile(rf"\d(?:\W*\d){{{PHONE_MIN_DIGITS - 1}}}")
 # usual ways of writing real numbers ("+1 (212) 555-0199", "030 901820", "0142685300") pass.
 PHONE_LENIENCY = 2
 
-# A sample bounds the number of values, this bounds their length: one free-text cell must
-# not cost as much as thousands of short ones.
+# Presidio reads a long value in windows of this many characters, each overlapping the next by
+# WINDOW_OVERLAP, so that one long free-text cell costs in proportion to its length and an
+# entity cut by a window's end is whole in the next one.
 MAX_VALUE_CHARS = 4096
-
-# Fixed so that the same file always yields the same sample and the same report.
-SAMPLE_SEED = 0
-
-ETHEREUM_ADDRESS = "ETHEREUM_ADDRESS"
+WINDOW_OVERLAP = 512
 
 
-@dataclass(frozen=True)
-class PiiReport:
-    """What a scan found: per column, per entity type, the number of sampled values holding it."""
-
-    findings: dict[str, dict[str, int]] = field(default_factory=dict)  # only columns with hits
-    scanned_columns: tuple[str, ...] = ()
-    scanned_values: int = 0
-    seconds: float = 0.0
-    skipped: bool = False  # ENABLE_PII_DETECTION was off: nothing was looked at
-
-    @property
-    def found(self) -> bool:
-        return any(self.findings.values())
-
-    @property
-    def entity_types(self) -> list[str]:
-        return sorted({entity for counts in self.findings.values() for entity in counts})
-
-    def summary(self) -> str:
-        """A sentence safe for responses and logs: column names and entity types, no values."""
-        if self.skipped:
-            return "PII detection is disabled"
-        if not self.found:
-            return f"no PII found in {self.scanned_values} sampled values"
-        parts = []
-        for column, counts in self.findings.items():
-            kinds = ", ".join(f"{entity} ({n})" for entity, n in counts.items())
-            parts.append(f"{column}: {kinds}")
-        return f"PII found in {len(parts)} column(s): " + "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "found": self.found,
-            "findings": {column: dict(counts) for column, counts in self.findings.items()},
-            "scanned_columns": list(self.scanned_columns),
-            "scanned_values": self.scanned_values,
-            "seconds": round(self.seconds, 3),
-            "skipped": self.skipped,
-        }
-
-
-def scan_frame(
-    df: pd.DataFrame, settings: Settings, columns: Sequence[str] | None = None
-) -> PiiReport:
-    """Scan the text columns of `df` (or those of `columns` that hold text) for PII."""
-    if not settings.enable_pii_detection:
-        return PiiReport(skipped=True)
-    started = time.perf_counter()
-    if columns is not None:
-        missing = [name for name in columns if name not in df.columns]
-        if missing:
-            raise ValueError(f"columns not in the frame: {', '.join(map(str, missing))}")
-    wanted = set(columns) if columns is not None else None
-    distinct: dict[str, list[str]] = {}
-    # By position: labels may repeat (a CSV header can), and df[label] would be a frame then.
-    for position, name in enumerate(df.columns):
-        series = df.iloc[:, position]
-        if (wanted is None or name in wanted) and _is_text(series):
-            distinct.setdefault(str(name), []).extend(_distinct_text(series))
-    quotas = _fair_quotas([len(values) for values in distinct.values()], settings.max_sample_size)
-    findings: dict[str, dict[str, int]] = {}
-    scanned = 0
-    for (name, values), quota in zip(distinct.items(), quotas, strict=True):
-        sample = _deterministic_sample(values, quota)
-        counts = _scan(sample, settings.batch_size)
-        if counts:
-            findings[name] = counts
-        scanned += len(sample)
-    report = PiiReport(
-        findings=findings,
-        scanned_columns=tuple(distinct),
-        scanned_values=scanned,
-        seconds=time.perf_counter() - started,
-    )
-    logger.info("%s (%d values, %.2f s)", report.summary(), scanned, report.seconds)
-    return report
-
-
-def scan_values(values: Iterable[Any], settings: Settings) -> dict[str, int]:
-    """Entity type -> number of distinct values holding it, over at most MAX_SAMPLE_SIZE values.
-
-    The first MAX_SAMPLE_SIZE distinct non-empty values are scanned, so an iterator of any
-    length is read only that far.
-    """
-    if not settings.enable_pii_detection:
-        return {}
-    distinct: dict[str, None] = {}
-    for value in values:
-        text = _as_text(value)
-        if text:
-            distinct[text] = None
-            if len(distinct) >= settings.max_sample_size:
-                break
-    return _scan(list(distinct), settings.batch_size)
+def confirm(
+    values: Sequence[str], entities: Sequence[Sequence[str]], batch_size: int
+) -> list[set[str]]:
+    """The entity types Presidio finds in each value, looking only for `entities[i]` in value i."""
+    found: list[set[str]] = [set() for _ in values]
+    windows = [
+        (index, window)
+        for index, value in enumerate(values)
+        for window in _windows(value)
+        if entities[index]
+    ]
+    analyzer = _analyzer()
+    for batch in _batches(windows, batch_size):
+        texts = [window for _, window in batch]
+        # spaCy's tokenizer cache and Presidio's lazy recognizer loading are not documented as
+        # thread-safe; scans are CPU-bound under the GIL anyway, so serialising costs nothing.
+        with _scan_lock:
+            nlp = analyzer.nlp_engine.process_batch(texts, LANGUAGE, batch_size=len(texts))
+            per_window = [
+                analyzer.analyze(
+                    text=text,
+                    language=LANGUAGE,
+                    entities=list(entities[index]),
+                    nlp_artifacts=artifacts,
+                )
+                for (index, _), (text, artifacts) in zip(batch, nlp, strict=True)
+            ]
+        for (index, _), results in zip(batch, per_window, strict=True):
+            found[index].update(r.entity_type for r in _drop_weaker_inside(results))
+    return found
 
 
 def warm_up() -> None:
@@ -165,86 +93,23 @@ def warm_up() -> None:
     _analyzer()
 
 
-# Column selection and sampling.
+def supported_entities() -> list[str]:
+    """The entity types the analyzer reports (each has a pre-filter pattern)."""
+    return sorted(_analyzer().get_supported_entities(LANGUAGE))
 
 
-def _is_text(series: pd.Series) -> bool:
-    dtype = series.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        # Parquet dictionary columns arrive as categoricals; their categories are the values.
-        dtype = dtype.categories.dtype
-    # Object columns also carry JSON's nested lists and dicts, which can hide e-mails as well.
-    return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+def _windows(value: str) -> Iterator[str]:
+    if len(value) <= MAX_VALUE_CHARS:
+        yield value
+        return
+    step = MAX_VALUE_CHARS - WINDOW_OVERLAP
+    for start in range(0, len(value) - WINDOW_OVERLAP, step):
+        yield value[start : start + MAX_VALUE_CHARS]
 
 
-def _as_text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return ""
-    text = value if isinstance(value, str) else str(value)
-    return text.strip()[:MAX_VALUE_CHARS]
-
-
-def _distinct_text(series: pd.Series) -> list[str]:
-    """Distinct non-empty values in first-seen order, so a sample does not depend on hashing."""
-    present = series.dropna()
-    try:
-        values: Iterable[Any] = pd.unique(present)
-    except TypeError:  # lists and dicts from JSON are unhashable
-        values = present.map(_as_text)
-    distinct: dict[str, None] = {}
-    for value in values:
-        text = _as_text(value)
-        if text:
-            distinct[text] = None
-    return list(distinct)
-
-
-def _fair_quotas(sizes: Sequence[int], budget: int) -> list[int]:
-    """Share `budget` between columns: none gets more than it has, the rest go to bigger ones."""
-    quotas = [0] * len(sizes)
-    remaining = budget
-    left = len(sizes)
-    for index in sorted(range(len(sizes)), key=lambda i: sizes[i]):
-        quotas[index] = min(sizes[index], remaining // left)
-        remaining -= quotas[index]
-        left -= 1
-    return quotas
-
-
-def _deterministic_sample(values: list[str], size: int) -> list[str]:
-    if size >= len(values):
-        return values
-    rng = np.random.default_rng(SAMPLE_SEED)
-    picked = np.sort(rng.choice(len(values), size=size, replace=False))
-    return [values[i] for i in picked]
-
-
-# Scanning.
-
-
-def _batches(values: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
-
-
-def _scan(values: list[str], batch_size: int) -> dict[str, int]:
-    if not values:
-        return {}
-    analyzer = _analyzer()
-    counts: dict[str, int] = {}
-    for batch in _batches(values, batch_size):
-        # spaCy's tokenizer cache and Presidio's lazy recognizer loading are not documented as
-        # thread-safe; scans are CPU-bound under the GIL anyway, so serialising costs nothing.
-        with _scan_lock:
-            nlp = analyzer.nlp_engine.process_batch(batch, LANGUAGE, batch_size=len(batch))
-            per_value = [
-                analyzer.analyze(text=text, language=LANGUAGE, nlp_artifacts=artifacts)
-                for text, artifacts in nlp
-            ]
-        for results in per_value:
-            for entity in {r.entity_type for r in _drop_weaker_inside(results)}:
-                counts[entity] = counts.get(entity, 0) + 1
-    return dict(sorted(counts.items()))
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _drop_weaker_inside(results: list[RecognizerResult]) -> list[RecognizerResult]:

@@ -5,14 +5,14 @@ must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is read block by
 stream, which may still be growing: `pipeline.intake.receiving`); a Parquet file row group by row
 group once complete, its footer's claims checked rather than trusted
 (`pipeline.store.bounded_read`). Only what the rules need is kept in memory: the row count, which
-columns hold a value, and a bounded sample of distinct text values for the PII scan.
+columns hold a value, and the PII scan's candidates: every value of every text column meets the
+PII pre-filter as its batch is read (`pipeline.checks.pii_scan`), Presidio confirms later.
 """
 
 from __future__ import annotations
 
 import codecs
 import io
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
+from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
@@ -39,12 +41,6 @@ HEAD_BYTES = 64 * 1024
 # ... and for CSV up to a complete header line, which may not be longer than this.
 MAX_HEAD_BYTES = 1024 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
-
-# The PII sample: MAX_SAMPLE_SIZE distinct values in all, shared equally by the text
-# columns, each cut to this many characters (the scanner's own cut), and at most this many
-# characters overall so that a file of long texts cannot fill the server's memory.
-SAMPLE_VALUE_CHARS = 4096
-SAMPLE_CHAR_BUDGET = 32 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # Text files hold no control characters other than tab, newlines and form feed.
@@ -81,16 +77,17 @@ class DatasetProfile:
     row_count: int
     columns: list[str]
     filled: set[str]  # columns holding at least one non-empty value
-    text_samples: dict[str, list[str]]  # distinct text values, bounded (the PII sample)
+    pii: PiiScanner | None = None  # every text value pre-filtered; None: detection is off
 
-    def sample_values(self) -> int:
-        return sum(len(values) for values in self.text_samples.values())
+    def pii_report(self) -> PiiReport:
+        """Presidio's verdict on the candidates the pre-filter kept (see pii_scan)."""
+        return self.pii.report() if self.pii is not None else PiiReport(skipped=True)
 
 
 class _ProfileBuilder:
     """Accumulates a profile batch by batch."""
 
-    def __init__(self, columns: list[str], text_columns: Iterable[str], sample_size: int):
+    def __init__(self, columns: list[str], text_columns: Iterable[str], pii: Settings | None):
         duplicates = sorted({name for name in columns if columns.count(name) > 1})
         if duplicates:
             raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
@@ -98,9 +95,8 @@ class _ProfileBuilder:
         self.rows = 0
         self.filled: set[str] = set()
         text = [name for name in columns if name in set(text_columns)]
-        self.per_column = max(1, math.ceil(sample_size / len(text))) if text else 0
-        self.samples: dict[str, dict[str, None]] = {name: {} for name in text}
-        self.sample_chars = 0
+        scan = pii is not None and pii.enable_pii_detection
+        self.pii = PiiScanner(pii, text) if pii is not None and scan else None
 
     def add(self, batch: pa.RecordBatch, *, count_rows: bool = True) -> None:
         if count_rows:
@@ -108,32 +104,8 @@ class _ProfileBuilder:
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
             if name not in self.filled and _has_value(column):
                 self.filled.add(name)
-            sample = self.samples.get(name)
-            if sample is not None and len(sample) < self.per_column:
-                self._sample(sample, column)
-
-    def _sample(self, sample: dict[str, None], column: pa.Array) -> None:
-        if self.sample_chars >= SAMPLE_CHAR_BUDGET:
-            return
-        if pa.types.is_dictionary(column.type):
-            column = column.dictionary_decode()
-        if not _is_text_type(column.type):
-            return
-        distinct = pc.unique(column.drop_null()).slice(0, self.per_column)
-        for value in distinct.to_pylist():
-            text = value.strip()[:SAMPLE_VALUE_CHARS]
-            if text and text not in sample:
-                sample[text] = None
-                self.sample_chars += len(text)
-                if len(sample) >= self.per_column or self.sample_chars >= SAMPLE_CHAR_BUDGET:
-                    return
-
-    def done_learning(self) -> bool:
-        """Nothing more to learn: every column filled and every sample full."""
-        return len(self.filled) == len(self.columns) and (
-            self.sample_chars >= SAMPLE_CHAR_BUDGET
-            or all(len(s) >= self.per_column for s in self.samples.values())
-        )
+        if self.pii is not None:
+            self.pii.add_batch(batch)
 
     def profile(self, file_format: FileFormat, rows: int | None = None) -> DatasetProfile:
         return DatasetProfile(
@@ -141,20 +113,12 @@ class _ProfileBuilder:
             row_count=self.rows if rows is None else rows,
             columns=list(self.columns),
             filled=set(self.filled),
-            text_samples={name: list(values) for name, values in self.samples.items()},
+            pii=self.pii,
         )
 
 
 def _is_text_type(kind: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
-    )
-
-
-def _is_text_column(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    return _is_text_type(kind)
+    return is_text_type(kind) and not pa.types.is_dictionary(kind)
 
 
 def _has_value(column: pa.Array) -> bool:
@@ -238,9 +202,12 @@ def csv_error_reason(exc: Exception) -> str:
     return "not a valid CSV file"
 
 
-def profile_csv(stream: Any, head: CsvHead, sample_size: int) -> DatasetProfile:
-    """Read a CSV stream block by block (every column as text) into a profile."""
-    builder = _ProfileBuilder(head.columns, head.text_columns, sample_size)
+def profile_csv(stream: Any, head: CsvHead, pii: Settings | None) -> DatasetProfile:
+    """Read a CSV stream block by block (every column as text) into a profile.
+
+    `pii`: the settings of the PII scan of the head's text columns (None: no scan).
+    """
+    builder = _ProfileBuilder(head.columns, head.text_columns, pii)
     convert = pacsv.ConvertOptions(
         column_types={name: pa.string() for name in head.columns}, strings_can_be_null=True
     )
@@ -261,7 +228,7 @@ def profile_csv(stream: Any, head: CsvHead, sample_size: int) -> DatasetProfile:
 # Parquet.
 
 
-def profile_parquet(path: Path, sample_size: int) -> DatasetProfile:
+def profile_parquet(path: Path, pii: Settings | None) -> DatasetProfile:
     """Profile a complete Parquet file without trusting its footer (`pipeline.store.bounded_read`).
 
     The footer's claims are checked against the file first; then every row group is read in
@@ -283,16 +250,15 @@ def profile_parquet(path: Path, sample_size: int) -> DatasetProfile:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
     columns = list(schema.names)
-    text_columns = [f.name for f in schema if _is_text_column(f.type)]
-    builder = _ProfileBuilder(columns, text_columns, sample_size)
+    text_columns = [f.name for f in schema if is_text_type(f.type)]
+    builder = _ProfileBuilder(columns, text_columns, pii)
     budget = ReadBudget.for_file(size)
     rows = 0
     try:
         check_parquet_footer(metadata, size, budget)
         for batch in iter_parquet_batches(parquet, size, budget):
             rows += batch.num_rows
-            if not builder.done_learning():
-                builder.add(batch, count_rows=False)
+            builder.add(batch, count_rows=False)
     except DatasetBoundsError as exc:
         raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -304,14 +270,14 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or ["unreadable"])[0][:200]
 
 
-def profile_path(path: Path, sample_size: int) -> DatasetProfile:
+def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:
     """Sniff and profile a complete file (the same checks as an upload, without streaming)."""
     with path.open("rb") as fh:
         head = fh.read(MAX_HEAD_BYTES)
         at_eof = not fh.read(1)
     file_format = sniff_format(head, at_eof=at_eof)
     if file_format == PARQUET:
-        return profile_parquet(path, sample_size)
+        return profile_parquet(path, pii)
     csv_head = read_csv_head(head, at_eof=at_eof)
     with path.open("rb") as fh:
-        return profile_csv(fh, csv_head, sample_size)
+        return profile_csv(fh, csv_head, pii)

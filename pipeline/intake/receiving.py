@@ -3,7 +3,8 @@
 An upload is received into a temporary file (`DatasetIntake`); its format is sniffed from the
 first bytes and it is profiled by `pipeline.intake.profiles`. A CSV file is checked by a
 background thread that reads the bytes already written while the rest is still arriving, so the
-checks end soon after the last byte; a Parquet file is profiled once complete. The client's file
+checks (the PII pre-filter of every text value among them) end soon after the last byte; a Parquet
+file is profiled once complete. The client's file
 name must not claim another format, and is made safe for the store (`stored_filename`).
 """
 
@@ -175,9 +176,9 @@ class DatasetIntake:
     client's name, if any) must match the content when it ends in .csv or .parquet.
     """
 
-    def __init__(self, tmp_root: Path, *, max_bytes: int, sample_size: int) -> None:
+    def __init__(self, tmp_root: Path, *, max_bytes: int, pii: Settings | None) -> None:
         self.max_bytes = max_bytes
-        self.sample_size = sample_size
+        self.pii = pii  # the PII scan's settings; None: no scan
         self.filename: str | None = None
         self.size_bytes = 0
         self.file_format: FileFormat | None = None
@@ -232,7 +233,7 @@ class DatasetIntake:
             raise self._failure
         assert self.file_format is not None
         if self.file_format == PARQUET:
-            self._profile = profile_parquet(self.path, self.sample_size)
+            self._profile = profile_parquet(self.path, self.pii)
         assert self._profile is not None
         return ReceivedDataset(
             self.path, self.size_bytes, self.file_format, self._hash.hexdigest(), self._profile
@@ -274,7 +275,7 @@ class DatasetIntake:
     def _check_csv(self, head: CsvHead) -> None:
         try:
             with _GrowingFileReader(self.path, self._progress) as stream:
-                self._profile = profile_csv(stream, head, self.sample_size)
+                self._profile = profile_csv(stream, head, self.pii)
         except _Aborted:
             pass
         except BaseException as exc:

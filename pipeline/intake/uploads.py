@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from pipeline.checks.benchmark_fingerprints import (
     benchmark_fingerprint_key,
     fingerprint_benchmark_file,
 )
 from pipeline.checks.fingerprint_files import FingerprintSummary
-from pipeline.checks.pii import PiiReport, scan_frame
+from pipeline.checks.pii_scan import PiiReport
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
@@ -140,18 +138,20 @@ def check_profile(profile: DatasetProfile, form: BenchmarkForm) -> None:
         raise Unprocessable("; ".join(problems))
 
 
-def scan_for_pii(profile: DatasetProfile, settings: Settings) -> PiiReport:
-    """The shared Presidio scanner over the profile's bounded sample of text values."""
-    frame = pd.DataFrame(
-        {name: pd.Series(values, dtype=object) for name, values in profile.text_samples.items()}
+def check_pii(profile: DatasetProfile) -> PiiReport:
+    """Unprocessable (422) naming columns and entity types (never values) when PII is found.
+
+    Every text value met the pre-filter while the file was read; Presidio confirms the
+    candidates now (`pipeline.checks.pii_scan`).
+    """
+    report = profile.pii_report()
+    log.info(
+        "PII scan: %s (%d candidates of %d values) in %.2f s",
+        report.summary(),
+        report.candidate_values,
+        report.scanned_values,
+        report.seconds,
     )
-    return scan_frame(frame, settings)
-
-
-def check_pii(profile: DatasetProfile, settings: Settings) -> PiiReport:
-    """Unprocessable (422) naming columns and entity types (never values) when PII is found."""
-    report = scan_for_pii(profile, settings)
-    log.info("PII scan: %s in %.2f s", report.summary(), report.seconds)
     if report.found:
         raise Unprocessable(f"{report.summary()} (allow_pii is false)")
     return report
@@ -294,7 +294,7 @@ def _check_upload(
     watch.lap("checks")
     check_profile(received.profile, form)
     if not form.allow_pii:
-        check_pii(received.profile, settings)
+        check_pii(received.profile)
     watch.lap("PII")
     fingerprints: Path | None = None
     fingerprinted_rows = 0

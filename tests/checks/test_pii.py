@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipeline.checks import pii
+from pipeline.checks import pii, pii_scan
 from pipeline.core.config import Settings
 
 PII_COLUMNS: dict[str, tuple[str, list[str]]] = {
@@ -68,7 +68,7 @@ def clean_frame(rows: int = 300) -> pd.DataFrame:
 def test_each_entity_is_found_in_its_own_column(settings: Settings) -> None:
     df = pd.DataFrame({name: values for name, (_, values) in PII_COLUMNS.items()})
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     expected = {name: {entity: len(values)} for name, (entity, values) in PII_COLUMNS.items()}
     assert report.findings == expected
@@ -87,17 +87,17 @@ def test_pii_inside_free_text_is_found(settings: Settings) -> None:
         }
     )
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     assert report.findings == {"comment": {"CREDIT_CARD": 1, "EMAIL_ADDRESS": 1, "PHONE_NUMBER": 1}}
 
 
 def test_email_domain_is_not_also_counted_as_url(settings: Settings) -> None:
-    assert pii.scan_values(["john.doe@example.com"], settings) == {"EMAIL_ADDRESS": 1}
+    assert pii_scan.scan_values(["john.doe@example.com"], settings) == {"EMAIL_ADDRESS": 1}
 
 
 def test_ordinary_categories_ids_numbers_and_dates_find_nothing(settings: Settings) -> None:
-    report = pii.scan_frame(clean_frame(), settings)
+    report = pii_scan.scan_frame(clean_frame(), settings)
 
     assert report.findings == {}
     assert not report.found
@@ -108,7 +108,7 @@ def test_decimal_amounts_are_not_phone_numbers(settings: Settings) -> None:
     # python-phonenumbers accepts "1681.45" as a German number; the scanner must not.
     amounts = [f"{1000 + i * 0.37:.2f}" for i in range(1000)] + ["1681.45", "3326.95"]
 
-    assert pii.scan_values(amounts, settings) == {}
+    assert pii_scan.scan_values(amounts, settings) == {}
 
 
 def test_only_text_columns_are_scanned(settings: Settings) -> None:
@@ -116,7 +116,7 @@ def test_only_text_columns_are_scanned(settings: Settings) -> None:
         {"amount": [4111111111111111, 5500000000000004], "email": ["a@example.com", None]}
     )
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     assert report.scanned_columns == ("email",)
     assert report.scanned_values == 1
@@ -125,11 +125,11 @@ def test_only_text_columns_are_scanned(settings: Settings) -> None:
 def test_columns_argument_limits_the_scan(settings: Settings) -> None:
     df = pd.DataFrame({"email": ["a@example.com"], "other": ["b@example.com"]})
 
-    report = pii.scan_frame(df, settings, columns=["other"])
+    report = pii_scan.scan_frame(df, settings, columns=["other"])
 
     assert report.findings == {"other": {"EMAIL_ADDRESS": 1}}
     with pytest.raises(ValueError, match="missing"):
-        pii.scan_frame(df, settings, columns=["missing"])
+        pii_scan.scan_frame(df, settings, columns=["missing"])
 
 
 def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> None:
@@ -140,7 +140,7 @@ def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> N
         }
     )
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     assert report.findings == {
         "category": {"EMAIL_ADDRESS": 1},
@@ -151,7 +151,7 @@ def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> N
 def test_summary_names_columns_and_types_but_never_values(settings: Settings) -> None:
     df = pd.DataFrame({"contact": ["alice@example.com", "4111 1111 1111 1111"]})
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     text = report.summary() + repr(report.to_dict())
     assert "contact" in text
@@ -171,30 +171,41 @@ def test_disabled_detection_skips_without_loading_presidio(
     settings = Settings(marketplace_data_dir=tmp_path, enable_pii_detection=False)
     df = pd.DataFrame({"email": ["alice@example.com"]})
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     assert report.skipped
     assert not report.found
     assert report.scanned_values == 0
-    assert pii.scan_values(["alice@example.com"], settings) == {}
+    assert pii_scan.scan_values(["alice@example.com"], settings) == {}
 
 
-def test_sample_is_bounded_and_shared_fairly_between_columns(tmp_path: Path) -> None:
+def test_confirmed_candidates_are_bounded_and_shared_fairly_between_columns(
+    tmp_path: Path,
+) -> None:
     settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=500, batch_size=64)
     rows = 2000
     df = pd.DataFrame(
         {
             "few": [f"level {i % 10}" for i in range(rows)],
-            "many_a": [f"a{i}" for i in range(rows)],
-            "many_b": [f"b{i}" for i in range(rows)],
+            "some": [f"user{i % 40}@example.com" for i in range(rows)],
+            "many_a": [f"a{i}@example.com" for i in range(rows)],
+            "many_b": [f"b{i}@example.org" for i in range(rows)],
         }
     )
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
-    # 10 distinct values in "few"; the 490 left are split between the two big columns.
-    assert report.scanned_values == 500
-    assert report.scanned_columns == ("few", "many_a", "many_b")
+    # Every value met the pre-filter; 40 + 2000 + 2000 distinct candidates, of which 500 are
+    # confirmed: the 40 of "some", the 460 left split between the two big columns.
+    assert report.scanned_values == 4 * rows
+    assert report.candidate_values == 3 * rows
+    assert report.confirmed_values == 500 and report.sampled
+    assert report.findings == {
+        "some": {"EMAIL_ADDRESS": 40},
+        "many_a": {"EMAIL_ADDRESS": 230},
+        "many_b": {"EMAIL_ADDRESS": 230},
+    }
+    assert report.scanned_columns == ("few", "some", "many_a", "many_b")
 
 
 def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> None:
@@ -202,20 +213,36 @@ def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> 
     emails = [f"user{i}@example.com" for i in range(1000)]
     df = pd.DataFrame({"email": emails, "constant": ["same"] * 1000})
 
-    first = pii.scan_frame(df, settings)
-    second = pii.scan_frame(df, settings)
+    first = pii_scan.scan_frame(df, settings)
+    second = pii_scan.scan_frame(df, settings)
 
-    assert first.findings == second.findings == {"email": {"EMAIL_ADDRESS": 99}}
-    assert first.scanned_values == 100  # one distinct value in "constant", 99 e-mails
-    assert pii.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
+    assert first.findings == second.findings == {"email": {"EMAIL_ADDRESS": 100}}
+    assert first.scanned_values == 2000 and first.confirmed_values == 100
+    assert pii_scan.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
 
 
-def test_duplicates_are_scanned_once(settings: Settings) -> None:
+def test_beyond_the_bound_the_sample_is_uniform_over_the_file_not_its_head(tmp_path: Path) -> None:
+    settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=500)
+    # 9,000 candidates Presidio clears (no such top-level domain), then 1,000 real addresses.
+    values = [f"x{i}@y.zzz" for i in range(9_000)] + [f"user{i}@example.com" for i in range(1_000)]
+    shuffled = values[500:] + values[:500]
+
+    report = pii_scan.scan_frame(pd.DataFrame({"contact": values}), settings)
+    again = pii_scan.scan_frame(pd.DataFrame({"contact": shuffled}), settings)
+
+    assert report.sampled and report.confirmed_values == 500
+    found = report.findings["contact"]["EMAIL_ADDRESS"]
+    assert 25 <= found <= 80  # about 500 x 1,000 / 10,000; a head sample would find none
+    assert again.findings == report.findings  # the sample depends on the values, not the order
+
+
+def test_duplicates_are_confirmed_once(settings: Settings) -> None:
     df = pd.DataFrame({"email": ["alice@example.com"] * 500 + [None] * 5 + [""] * 5})
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
-    assert report.scanned_values == 1
+    assert report.scanned_values == 505
+    assert report.confirmed_values == 1
     assert report.findings == {"email": {"EMAIL_ADDRESS": 1}}
 
 
@@ -293,7 +320,7 @@ def test_scanning_emails_and_urls_never_touches_the_network(
         }
     )
 
-    report = pii.scan_frame(df, settings)
+    report = pii_scan.scan_frame(df, settings)
 
     assert report.findings == {"email": {"EMAIL_ADDRESS": 2}, "site": {"URL": 2}}
     assert network_attempts == []

@@ -81,7 +81,7 @@ def test_sweep_removes_only_temp_dirs_whose_process_died(tmp_path: Path) -> None
     child.send_signal(signal.SIGKILL)
     child.wait()
 
-    live = DatasetIntake(root, max_bytes=MB, sample_size=100)
+    live = DatasetIntake(root, max_bytes=MB, pii=None)
     live.write(b"a,b\n1,2\n")
     assert sweep(root, "upload-*") == 1
     assert not dead_dir.exists()

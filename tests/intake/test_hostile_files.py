@@ -207,14 +207,14 @@ def test_footer_statistics_do_not_fill_an_empty_column(tmp_path: Path) -> None:
     path = hostile_parquet(tmp_path / "s.parquet", table, no_nulls)
     chunk = pq.ParquetFile(path).metadata.row_group(0).column(31)
     assert chunk.statistics.null_count == 0  # the footer lies ...
-    profile = profile_parquet(path, 1000)
+    profile = profile_parquet(path, None)
     assert "empty" not in profile.filled  # ... and is not believed
     assert profile.row_count == 569
 
 
 def test_upload_profile_refuses_as_unprocessable(hostile: Path) -> None:
     with pytest.raises(Unprocessable, match="not a trustworthy Parquet file"):
-        profile_parquet(hostile, 1000)
+        profile_parquet(hostile, None)
 
 
 # --- the pipeline: a failed readability check -------------------------------------------------
@@ -273,7 +273,7 @@ CHILD = textwrap.dedent(
     path = Path(sys.argv[1])
     out = {}
     try:
-        profile_parquet(path, 1000)
+        profile_parquet(path, None)
         out["upload"] = "accepted"
     except DomainError as exc:
         out["upload"] = type(exc).__name__ + ": " + exc.detail
@@ -317,7 +317,7 @@ def test_a_readable_row_count_is_reported_for_an_honest_multi_group_file(tmp_pat
     path = tmp_path / "honest.parquet"
     frame = load_breast_cancer(as_frame=True).frame
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=50)
-    profile = profile_parquet(path, 1000)
+    profile = profile_parquet(path, None)
     assert profile.row_count == 569
     assert set(profile.filled) == set(frame.columns)
     assert isinstance(read_dataset(path, "parquet"), pd.DataFrame)

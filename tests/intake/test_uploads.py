@@ -746,11 +746,14 @@ def test_csv_errors_never_quote_the_data() -> None:
 def test_profiles_of_complete_files(tmp_path: Path) -> None:
     path = tmp_path / "b.parquet"
     path.write_bytes(parquet_bytes(table(70, notes=[None] * 70)))
-    profile = profile_path(path, 100)
+    profile = profile_path(path, Settings(marketplace_data_dir=tmp_path))
     assert (profile.file_format, profile.row_count) == (PARQUET, 70)
     assert "notes" not in profile.filled and "contract" in profile.filled
-    assert profile.text_samples["contract"] == ["month-to-month", "one-year", "two-year"]
+    report = profile.pii_report()  # every value of the text columns met the pre-filter
+    assert (report.scanned_columns, report.scanned_values) == (("contract",), 70)
+    assert not report.found
+    assert profile_path(path, None).pii_report().skipped
     duplicate = tmp_path / "dup.csv"
     duplicate.write_bytes(b"a,a\n1,2\n")
     with pytest.raises(Unprocessable):
-        profile_path(duplicate, 100)
+        profile_path(duplicate, None)

@@ -1,0 +1,324 @@
+"""PII scan of whole files: every text value through the Arrow pre-filter, candidates to Presidio.
+
+`PiiScanner` takes a file's text columns batch by batch (the upload intake feeds it while the
+bytes arrive, the pipeline a whole table), so its memory does not grow with the file. Every
+non-null text value meets the pre-filter (`pipeline.checks.pii_prefilter`); the distinct values
+it passes are kept per column, and `report()` has Presidio (`pipeline.checks.pii`) confirm them
+with only the recognizers of the entity types the pre-filter saw in each.
+
+Presidio's cost is bounded by the candidates, and they are bounded too: at most MAX_SAMPLE_SIZE
+distinct candidates are confirmed in all, shared fairly between the columns, and at most
+CANDIDATE_CHAR_BUDGET characters are held. When a file has more, the confirmed ones are a
+uniform sample of each column's distinct candidates over the whole file (bottom-k: those with
+the smallest keyed hash), never its head, and the report says it was sampled. Reports name
+columns and entity types with counts of distinct values, never the values themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.checks import pii
+from pipeline.checks.pii_prefilter import candidates, entities_of, text_values
+from pipeline.core.config import Settings
+
+logger = logging.getLogger(__name__)
+
+# Characters of candidate values held at once, over all columns: a file of long texts full of
+# candidates must not fill the server's memory.
+CANDIDATE_CHAR_BUDGET = 32 * 1024 * 1024
+
+# Fixed so that the same file always yields the same sample and the same report.
+SAMPLE_KEY = b"pii-sample-v1"
+
+# Text gathered per column before one pre-filter pass: Arrow compiles the patterns on every call
+# (about a millisecond), so a 1 MiB CSV block at a time would spend more on compiling than on
+# matching.
+PREFILTER_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PiiReport:
+    """What a scan found: per column, per entity type, the number of distinct values holding it."""
+
+    findings: dict[str, dict[str, int]] = field(default_factory=dict)  # only columns with hits
+    scanned_columns: tuple[str, ...] = ()
+    scanned_values: int = 0  # every non-null text value: all met the pre-filter
+    candidate_values: int = 0  # of those, how many the pre-filter passed
+    confirmed_values: int = 0  # distinct candidates Presidio checked
+    sampled: bool = False  # more distinct candidates than MAX_SAMPLE_SIZE: a uniform sample
+    seconds: float = 0.0
+    skipped: bool = False  # ENABLE_PII_DETECTION was off: nothing was looked at
+
+    @property
+    def found(self) -> bool:
+        return any(self.findings.values())
+
+    @property
+    def entity_types(self) -> list[str]:
+        return sorted({entity for counts in self.findings.values() for entity in counts})
+
+    def summary(self) -> str:
+        """A sentence safe for responses and logs: column names and entity types, no values."""
+        if self.skipped:
+            return "PII detection is disabled"
+        if not self.found:
+            return f"no PII found in {self.scanned_values} text values"
+        parts = []
+        for column, counts in self.findings.items():
+            kinds = ", ".join(f"{entity} ({n})" for entity, n in counts.items())
+            parts.append(f"{column}: {kinds}")
+        return f"PII found in {len(parts)} column(s): " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "found": self.found,
+            "findings": {column: dict(counts) for column, counts in self.findings.items()},
+            "scanned_columns": list(self.scanned_columns),
+            "scanned_values": self.scanned_values,
+            "candidate_values": self.candidate_values,
+            "confirmed_values": self.confirmed_values,
+            "sampled": self.sampled,
+            "seconds": round(self.seconds, 3),
+            "skipped": self.skipped,
+        }
+
+
+class _ColumnCandidates:
+    """One column's distinct candidates with the smallest keys (bottom-k), within a char budget."""
+
+    def __init__(self, limit: int, char_budget: int) -> None:
+        self.limit = limit
+        self.char_budget = char_budget
+        self.chars = 0
+        self.bits: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []  # (-key, value): the largest key on top
+        self.dropped = False
+
+    def offer(self, value: str, bits: int) -> None:
+        if value in self.bits:
+            return
+        key = _sample_key(value)
+        if self._over(1, len(value)) and (not self._heap or key >= -self._heap[0][0]):
+            self.dropped = True
+            return
+        self.bits[value] = bits
+        self.chars += len(value)
+        heapq.heappush(self._heap, (-key, value))
+        while self._heap and self._over(0, 0):
+            _, evicted = heapq.heappop(self._heap)
+            del self.bits[evicted]
+            self.chars -= len(evicted)
+            self.dropped = True
+
+    def smallest(self, count: int) -> list[str]:
+        """The `count` values with the smallest keys: a uniform sample of all distinct ones."""
+        return [value for _, value in heapq.nlargest(count, self._heap)]
+
+    def _over(self, more_values: int, more_chars: int) -> bool:
+        return (
+            len(self.bits) + more_values > self.limit or self.chars + more_chars > self.char_budget
+        )
+
+
+def _sample_key(value: str) -> int:
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8, key=SAMPLE_KEY)
+    return int.from_bytes(digest.digest(), "big")
+
+
+class PiiScanner:
+    """Feed text columns batch by batch with `add`, then `report()` (see the module doc)."""
+
+    def __init__(self, settings: Settings, columns: Sequence[str]) -> None:
+        self.settings = settings
+        self.columns = list(columns)
+        self.scanned = 0
+        self.candidate_count = 0
+        self.seconds = 0.0
+        share = CANDIDATE_CHAR_BUDGET // max(1, len(self.columns))
+        self._candidates = {
+            name: _ColumnCandidates(settings.max_sample_size, share) for name in self.columns
+        }
+        self._pending: dict[str, list[pa.Array]] = {name: [] for name in self.columns}
+        self._pending_bytes = dict.fromkeys(self.columns, 0)
+
+    def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
+        """Pre-filter one batch of column `name` (a text or dictionary-of-text array)."""
+        started = time.perf_counter()
+        self.scanned += len(column) - column.null_count
+        values = text_values(column)
+        self._pending[name].append(values)
+        self._pending_bytes[name] += values.nbytes
+        if self._pending_bytes[name] >= PREFILTER_BYTES:
+            self._prefilter(name)
+        self.seconds += time.perf_counter() - started
+
+    def _prefilter(self, name: str) -> None:
+        arrays, self._pending[name], self._pending_bytes[name] = self._pending[name], [], 0
+        if not arrays:
+            return
+        if len({array.type for array in arrays}) > 1:
+            arrays = [array.cast(pa.large_string()) for array in arrays]
+        found, bits, passed = candidates(pa.chunked_array(arrays))
+        self.candidate_count += passed
+        store = self._candidates[name]
+        for value, mask in zip(found.to_pylist(), bits.tolist(), strict=True):
+            store.offer(value, mask)
+
+    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Every column of `batch` that this scanner was made for."""
+        for name in self.columns:
+            index = batch.schema.get_field_index(name)
+            if index >= 0:
+                self.add(name, batch.column(index))
+
+    def report(self) -> PiiReport:
+        """Confirm the candidates with Presidio; the findings per column and entity type."""
+        started = time.perf_counter()
+        for name in self.columns:
+            self._prefilter(name)
+        stores = list(self._candidates.values())
+        quotas = _fair_quotas([len(s.bits) for s in stores], self.settings.max_sample_size)
+        values: list[str] = []
+        owners: list[str] = []
+        for name, store, quota in zip(self._candidates, stores, quotas, strict=True):
+            chosen = store.smallest(quota)
+            values.extend(chosen)
+            owners.extend([name] * len(chosen))
+        entities = [
+            entities_of(self._candidates[owner].bits[value])
+            for owner, value in zip(owners, values, strict=True)
+        ]
+        found = pii.confirm(values, entities, self.settings.batch_size) if values else []
+        findings: dict[str, dict[str, int]] = {}
+        for owner, kinds in zip(owners, found, strict=True):
+            for entity in kinds:
+                counts = findings.setdefault(owner, {})
+                counts[entity] = counts.get(entity, 0) + 1
+        sampled = any(s.dropped for s in stores) or sum(quotas) < sum(len(s.bits) for s in stores)
+        report = PiiReport(
+            findings={name: dict(sorted(c.items())) for name, c in findings.items()},
+            scanned_columns=tuple(self.columns),
+            scanned_values=self.scanned,
+            candidate_values=self.candidate_count,
+            confirmed_values=len(values),
+            sampled=sampled,
+            seconds=self.seconds + time.perf_counter() - started,
+        )
+        logger.info(
+            "%s (%d values, %d candidates, %d confirmed%s, %.2f s)",
+            report.summary(),
+            report.scanned_values,
+            report.candidate_values,
+            report.confirmed_values,
+            ", sampled" if sampled else "",
+            report.seconds,
+        )
+        return report
+
+
+def _fair_quotas(sizes: Sequence[int], budget: int) -> list[int]:
+    """Share `budget` between columns: none gets more than it has, the rest go to bigger ones."""
+    quotas = [0] * len(sizes)
+    remaining = budget
+    left = len(sizes)
+    for index in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+        quotas[index] = min(sizes[index], remaining // left)
+        remaining -= quotas[index]
+        left -= 1
+    return quotas
+
+
+# Whole tables and frames.
+
+
+def is_text_type(kind: pa.DataType) -> bool:
+    """Text, or a dictionary of text (Parquet's dictionary-encoded string columns)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    )
+
+
+def scan_table(table: pa.Table, settings: Settings) -> PiiReport:
+    """Scan every value of the text columns of an Arrow table."""
+    if not settings.enable_pii_detection:
+        return PiiReport(skipped=True)
+    names = [f.name for f in table.schema if is_text_type(f.type)]
+    scanner = PiiScanner(settings, list(dict.fromkeys(names)))
+    for name in scanner.columns:
+        for chunk in table.column(name).chunks:
+            scanner.add(name, chunk)
+    return scanner.report()
+
+
+def scan_frame(
+    df: pd.DataFrame, settings: Settings, columns: Sequence[str] | None = None
+) -> PiiReport:
+    """Scan every value of the text columns of `df` (or of those of `columns` that hold text)."""
+    if not settings.enable_pii_detection:
+        return PiiReport(skipped=True)
+    if columns is not None:
+        missing = [name for name in columns if name not in df.columns]
+        if missing:
+            raise ValueError(f"columns not in the frame: {', '.join(map(str, missing))}")
+    wanted = set(columns) if columns is not None else None
+    texts: dict[str, list[pa.Array]] = {}
+    # By position: labels may repeat (a CSV header can), and df[label] would be a frame then.
+    for position, name in enumerate(df.columns):
+        series = df.iloc[:, position]
+        if (wanted is None or name in wanted) and _is_text(series):
+            texts.setdefault(str(name), []).append(_as_arrow_text(series))
+    scanner = PiiScanner(settings, list(texts))
+    for name, arrays in texts.items():
+        for array in arrays:
+            scanner.add(name, array)
+    return scanner.report()
+
+
+def scan_values(values: Iterable[Any], settings: Settings) -> dict[str, int]:
+    """Entity type -> number of distinct values holding it, over every value given."""
+    if not settings.enable_pii_detection:
+        return {}
+    array = pa.array([_as_text(value) for value in values], pa.string())
+    scanner = PiiScanner(settings, ["values"])
+    scanner.add("values", array)
+    return scanner.report().findings.get("values", {})
+
+
+def _is_text(series: pd.Series) -> bool:
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        # Parquet dictionary columns arrive as categoricals; their categories are the values.
+        dtype = dtype.categories.dtype
+    # Object columns also carry JSON's nested lists and dicts, which can hide e-mails as well.
+    return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+
+
+def _as_arrow_text(series: pd.Series) -> pa.Array:
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object)
+    if pd.api.types.is_string_dtype(series.dtype) and not pd.api.types.is_object_dtype(
+        series.dtype
+    ):
+        return pa.array(series, from_pandas=True)  # Arrow-backed already: no copy per value
+    return pa.array([_as_text(value) for value in series], pa.string())
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value if isinstance(value, str) else str(value)

@@ -1,0 +1,164 @@
+"""The PII rule holds for the whole uploaded file (spec §4.3 allow_pii): every text value counts.
+
+Files are real CSV and Parquet, written by pyarrow, sent through the upload route; the PII sits
+where a head sample never looks: the last rows, the last row group, a second text column. The
+server's MAX_SAMPLE_SIZE is 2,000 here: a sample of the first 2,000 distinct values (the scan
+before issue 20) would miss every one of them; now it only bounds how many distinct candidates
+Presidio confirms.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core.config import Settings
+from tests.intake.test_uploads import FEATURES, OWNER, TARGET, assert_nothing_stored, upload
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings(max_sample_size=2_000)
+
+
+@pytest.fixture
+def key_headers(platform_key: Callable[..., str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {platform_key(OWNER, scopes=['benchmarks:write'])}"}
+
+
+CITIES = ["Lyon", "Porto", "Leeds", "Graz", "Turin", "Ghent", "Cork", "Brno"]
+
+PII = {
+    "EMAIL_ADDRESS": lambda i: f"write to jane.doe{i}@example.com, she knows",
+    "PHONE_NUMBER": lambda i: f"call +1 212-555-{i % 10000:04d}, after 5pm",
+    "CREDIT_CARD": lambda i: "paid with 4111 1111 1111 1111, thanks",
+    "IBAN_CODE": lambda i: "refund to DE89 3704 0044 0532 0130 00, asap",
+}
+
+
+def churn_table(rows: int, seed: int = 3, **text: list[Any]) -> pa.Table:
+    """Churn-shaped rows with a distinct, clean free-text `note` (ids and order numbers in it)."""
+    rng = np.random.default_rng(seed)
+    notes = [
+        f"order {i} for customer {7000 + i % 9000}-VHV, to {CITIES[i % 8]}, ref ORD-{i % 97}"
+        for i in range(rows)
+    ]
+    columns: dict[str, Any] = {
+        "tenure_months": rng.integers(0, 121, rows),
+        "monthly_charges": np.round(rng.uniform(20, 120, rows), 2),
+        "contract": [("month-to-month", "one-year", "two-year")[i % 3] for i in range(rows)],
+        "support_calls": rng.integers(0, 8, rows),
+        "note": notes,
+        TARGET: rng.integers(0, 2, rows),
+    }
+    columns.update(text)
+    return pa.table(columns)
+
+
+def with_tail(values: list[str], tail: list[str]) -> list[str]:
+    return values[: len(values) - len(tail)] + tail
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pacsv.write_csv(table, sink)  # strings quoted: the commas inside notes stay in the value
+    return sink.getvalue()
+
+
+def parquet_bytes(table: pa.Table, row_group_size: int) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=row_group_size)
+    return sink.getvalue()
+
+
+def assert_refused(response: Any, column: str, entity: str, count: int) -> None:
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert f"{column}: {entity} ({count})" in detail
+    assert "@example.com" not in detail and "4111" not in detail and "DE89" not in detail
+
+
+def test_emails_only_in_the_last_1000_of_151000_csv_rows_are_refused(
+    client, key_headers, db, settings
+) -> None:
+    rows = 151_000
+    base = churn_table(rows)
+    notes = base.column("note").to_pylist()
+    tail = [PII["EMAIL_ADDRESS"](i) for i in range(1000)]
+    data = csv_bytes(base.set_column(4, "note", pa.array(with_tail(notes, tail))))
+
+    response = upload(client, key_headers, data, "bench.csv", allow_pii="false")
+
+    assert_refused(response, "note", "EMAIL_ADDRESS", 1000)
+    assert_nothing_stored(db, settings)
+
+
+@pytest.mark.parametrize("entity", sorted(PII))
+def test_each_kind_in_the_last_csv_rows_inside_quoted_text_with_commas(
+    client, key_headers, db, settings, entity
+) -> None:
+    rows = 5_000
+    base = churn_table(rows)
+    tail = [PII[entity](i) for i in range(5)]
+    data = csv_bytes(
+        base.set_column(4, "note", pa.array(with_tail(base.column("note").to_pylist(), tail)))
+    )
+    assert b'"' + tail[-1].encode() + b'"' in data  # quoted, commas inside
+
+    response = upload(client, key_headers, data, "bench.csv")
+
+    distinct = len(set(tail))
+    assert_refused(response, "note", entity, distinct)
+    assert_nothing_stored(db, settings)
+
+
+def test_pii_only_in_the_last_parquet_row_group_of_a_second_text_column(
+    client, key_headers, db, settings
+) -> None:
+    rows = 20_000
+    contacts = [f"customer portal user {i}" for i in range(rows)]
+    contacts = with_tail(contacts, [PII["PHONE_NUMBER"](i) for i in range(20)])
+    data = parquet_bytes(churn_table(rows, contact=contacts), row_group_size=5_000)
+    assert pq.ParquetFile(io.BytesIO(data)).num_row_groups == 4
+
+    response = upload(client, key_headers, data, "bench.parquet")
+
+    assert_refused(response, "contact", "PHONE_NUMBER", 20)
+    assert "note" not in response.json()["detail"]
+    assert_nothing_stored(db, settings)
+
+
+def test_pii_only_in_the_last_dictionary_encoded_row_group(client, key_headers, db, settings):
+    rows = 8_000
+    codes = [f"segment {i % 3000}" for i in range(rows - 1)] + [PII["IBAN_CODE"](0)]
+    table = churn_table(rows, segment=pa.array(codes).dictionary_encode())
+    data = parquet_bytes(table, row_group_size=2_000)
+
+    response = upload(client, key_headers, data, "bench.parquet")
+
+    assert_refused(response, "segment", "IBAN_CODE", 1)
+    assert_nothing_stored(db, settings)
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_a_clean_file_with_order_numbers_and_ids_is_accepted(
+    client, key_headers, file_format
+) -> None:
+    # Long digit runs that merely look like patterns reach Presidio and are not PII.
+    rows = 2_000
+    orders = [f"ORD-2024-{i % 300 * 3217:06d}, batch {i % 50}" for i in range(rows)]
+    ids = [f"{7000 + i}-VHV{chr(65 + i % 26)}G" for i in range(rows)]
+    table = churn_table(rows, order=orders, customer_id=ids)
+    data = csv_bytes(table) if file_format == "csv" else parquet_bytes(table, 500)
+    fields = {"input_columns": ",".join(FEATURES)}
+
+    response = upload(client, key_headers, data, f"bench.{file_format}", **fields)
+
+    assert response.status_code == 201, response.text
