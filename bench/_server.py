@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 
-JWT_SECRET = "bench-jwt-secret-bench-jwt-secret-0123"
-ADMIN_TOKEN = "bench-admin-token"
+# Strong enough for `marketplace serve`'s floor (pipeline/core/secret_strength.py).
+JWT_SECRET = "KDPCYve44uVbkbhZS9-Z4lIrActHDl6hhCCbTBv81s8"
+ADMIN_TOKEN = "ng-4EH9SacoYT7Ej8FWQQ4eiu-C12RdA7WcdOAnXwhk"
 
 
 @dataclass

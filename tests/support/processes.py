@@ -13,8 +13,9 @@ from pathlib import Path
 from tests.cli.test_dev_command import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-JWT_SECRET = "tree-test-secret-tree-test-secret-0123"
-ADMIN_TOKEN = "tree-test-admin-token-0123456789"
+# Strong enough for `marketplace serve`'s floor (pipeline/core/secret_strength.py).
+JWT_SECRET = "uoTOrhlsMEnU7YCOKPSaWn87pZITvRedZSGL-5QTcmo"
+ADMIN_TOKEN = "HM0c9Nimd73g_lXU1VlxxfVMHyRHiutx2PZuBFBvuAU"
 GRACE = 10
 # Slack over the grace for process exit and our polling, on a loaded 2-core machine.
 MARGIN = 15
@@ -73,10 +74,10 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "JWT_SECRET": JWT_SECRET,
         "ADMIN_TOKEN": ADMIN_TOKEN,
         "SHUTDOWN_GRACE_SECONDS": str(GRACE),
-        **extra,
     }
     for name in ("DATABASE_URL", "DAGSTER_HOME", "SERVICE_DATASET_BUCKET", "DAGSTER_PG_URL"):
         env.pop(name, None)
+    env.update(extra)  # what the test sets wins, DATABASE_URL included
     return env
 
 
