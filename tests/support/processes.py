@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.cli.test_dev_command import free_port, wait_for
@@ -125,11 +125,11 @@ def start(
 
 
 def start_serve(
-    tmp_path: Path, started: Started, **env: str
+    tmp_path: Path, started: Started, args: Sequence[str] = (), **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`marketplace serve` on a free port, answering; returns the process and its base URL."""
+    """`marketplace serve [ARGS]` on a free port, answering; returns the process and its URL."""
     port = free_port()
-    proc = start(["serve", "--port", str(port)], tmp_path, started, **env)
+    proc = start(["serve", "--port", str(port), *args], tmp_path, started, **env)
     url = f"http://127.0.0.1:{port}"
     wait_for(f"{url}/healthz", proc, 60)
     return proc, url
