@@ -44,9 +44,12 @@ SLACK = 2.5
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     tmp_path = tmp_path_factory.mktemp("http-server")
-    for started in started_processes():
-        _, url = start_serve(tmp_path, started, **LIMITS)
+    processes = started_processes()
+    try:
+        _, url = start_serve(tmp_path, next(processes), **LIMITS)
         yield url, tmp_path
+    finally:
+        processes.close()
 
 
 def address(url: str) -> tuple[str, int]:

@@ -59,7 +59,9 @@ def workers(
         "REDIS_URL": REDIS_URL,
         "HTTP_KEEPALIVE_SECONDS": "120",
     }
-    for started in started_processes():
+    processes = started_processes()
+    started = next(processes)
+    try:
         proc, url = start_serve(tmp_path, started, args=["--workers", "2"], **env)
         host, port = url.removeprefix("http://").split(":")
         pids = _wait_for_workers(proc.pid, tmp_path)
@@ -68,6 +70,8 @@ def workers(
         for conns in held.values():
             for conn in conns:
                 conn.close()
+    finally:
+        processes.close()  # the supervisor and its workers, even after a failed set-up
 
 
 def _wait_for_workers(supervisor: int, tmp_path: Path) -> list[int]:

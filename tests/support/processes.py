@@ -97,15 +97,17 @@ class Started:
 def started_processes() -> Iterator[Started]:
     """For a fixture: whatever is left of the started trees is killed afterwards."""
     record = Started()
-    yield record
-    for proc in record.procs:
-        record.recorded.update(descendants(proc.pid))
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    for pid in record.recorded:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    try:
+        yield record
+    finally:  # also when the generator is closed early (a fixture's set-up failed)
+        for proc in record.procs:
+            record.recorded.update(descendants(proc.pid))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for pid in record.recorded:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def start(
