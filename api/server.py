@@ -18,6 +18,7 @@ from api.http_bounds import BoundedHttpToolsProtocol, HttpBounds
 from pipeline.core.config import Settings
 
 APP_FACTORY = "api.app:create_app"
+WORKER_HEALTHCHECK_SECONDS = 60
 
 
 def server_config(
@@ -46,6 +47,10 @@ def server_config(
         "proxy_headers": False,
         "timeout_keep_alive": settings.http_keepalive_seconds,
         "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        # The supervisor replaces a worker that does not answer its ping in time, from the
+        # moment it is started: uvicorn's 5 s made a loaded machine (load 15 on 2 cores, a
+        # worker's interpreter still importing) replace every worker, over and over.
+        "timeout_worker_healthcheck": WORKER_HEALTHCHECK_SECONDS,
         "log_level": "warning" if quiet else "info",
         "access_log": not quiet,
     }

@@ -62,7 +62,11 @@ def workers(
     processes = started_processes()
     started = next(processes)
     try:
-        proc, url = start_serve(tmp_path, started, args=["--workers", "2"], **env)
+        # A fresh database is migrated first, then two interpreters import the app: on a
+        # loaded 2-core machine that can take minutes.
+        proc, url = start_serve(
+            tmp_path, started, args=["--workers", "2"], ready_seconds=240, **env
+        )
         host, port = url.removeprefix("http://").split(":")
         pids = _wait_for_workers(proc.pid, tmp_path)
         held = connections_per_worker(host, int(port), pids, per_worker=3)
@@ -76,7 +80,7 @@ def workers(
 
 def _wait_for_workers(supervisor: int, tmp_path: Path) -> list[int]:
     """The two worker pids, once both have logged that they serve."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         pids = worker_pids(supervisor)
         log = (tmp_path / "server.log").read_text(errors="replace")

@@ -127,13 +127,17 @@ def start(
 
 
 def start_serve(
-    tmp_path: Path, started: Started, args: Sequence[str] = (), **env: str
+    tmp_path: Path,
+    started: Started,
+    args: Sequence[str] = (),
+    ready_seconds: float = 60,
+    **env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`marketplace serve [ARGS]` on a free port, answering; returns the process and its URL."""
     port = free_port()
     proc = start(["serve", "--port", str(port), *args], tmp_path, started, **env)
     url = f"http://127.0.0.1:{port}"
-    wait_for(f"{url}/healthz", proc, 60)
+    wait_for(f"{url}/healthz", proc, ready_seconds)
     return proc, url
 
 
