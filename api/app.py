@@ -6,6 +6,7 @@ import re
 
 from fastapi import FastAPI
 
+from api.client_address import ClientAddress
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.openapi import install_openapi
@@ -63,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return settings.contribution_max_body_bytes
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    # Outermost: everything inside, and uvicorn's access log, sees the address decided here.
+    app.add_middleware(ClientAddress, trusted_proxies=settings.trusted_proxies)
 
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict[str, str]:

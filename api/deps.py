@@ -115,21 +115,9 @@ def admin_user(
     return admin_identity(settings, token)
 
 
-def client_ip(request: Request, settings: Settings) -> str | None:
-    """The caller's address; X-Forwarded-For counts only when the peer is a trusted proxy.
-
-    The chain is read from the right: each trusted proxy appends the address it received from,
-    and entries left of the first untrusted one are the client's own (spoofable) claims.
-    """
-    peer = request.client.host if request.client else None
-    forwarded = request.headers.get("x-forwarded-for")
-    if not (forwarded and peer and peer in settings.trusted_proxies):
-        return peer
-    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-    for hop in reversed(hops):
-        if hop not in settings.trusted_proxies:
-            return hop
-    return hops[0] if hops else peer
+def client_ip(request: Request) -> str | None:
+    """The caller's address as `api.client_address.ClientAddress` decided it (TRUSTED_PROXIES)."""
+    return request.client.host if request.client else None
 
 
 def get_key_verifier(request: Request) -> KeyVerifier:
@@ -150,11 +138,10 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
         token = bearer_token(request)
         if not token:
             raise Unauthenticated("missing API key")
-        settings: Settings = request.app.state.settings
         return await run_in_threadpool(
             get_key_verifier(request).use,
             token,
-            client_ip=client_ip(request, settings),
+            client_ip=client_ip(request),
             service_id="platform",
             scope=scope,
         )

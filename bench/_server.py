@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 
-JWT_SECRET = "bench-jwt-secret-bench-jwt-secret-0123"
-ADMIN_TOKEN = "bench-admin-token"
+# Strong enough for `marketplace serve`'s floor (pipeline/core/secret_strength.py).
+JWT_SECRET = "KDPCYve44uVbkbhZS9-Z4lIrActHDl6hhCCbTBv81s8"
+ADMIN_TOKEN = "ng-4EH9SacoYT7Ej8FWQQ4eiu-C12RdA7WcdOAnXwhk"
 
 
 @dataclass
@@ -34,9 +35,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def embedded_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
-    """`marketplace serve` on a fresh temp data dir (SQLite + local folder unless `extra_env`
-    says otherwise)."""
+def embedded_server(
+    extra_env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Iterator[Server]:
+    """`marketplace serve [ARGS]` on a fresh temp data dir (SQLite + local folder unless
+    `extra_env` says otherwise)."""
     with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:
         port = free_port()
         env = {
@@ -51,21 +54,25 @@ def embedded_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]
         env.update(extra_env or {})
         log = open(Path(tmp) / "server.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", "--port", str(port)],
+            [sys.executable, "-m", "cli.main", "serve", "--port", str(port), *(args or [])],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parent.parent,
         )
         url = f"http://127.0.0.1:{port}"
+        workers = int(args[args.index("--workers") + 1]) if args and "--workers" in args else 1
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while True:
                 try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
+                    answers = httpx.get(f"{url}/healthz", timeout=1).status_code == 200
                 except httpx.TransportError:
-                    pass
+                    answers = False
+                # Every worker serving, not just the first one up.
+                started = (Path(tmp) / "server.log").read_text(errors="replace")
+                if answers and started.count("Application startup complete.") >= workers:
+                    break
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         "server did not start:\n" + (Path(tmp) / "server.log").read_text()

@@ -19,7 +19,7 @@ from cli.devmode import (
     dev_settings_environment,
     quiet_dagster_environment,
 )
-from cli.processes import SupervisedTree, serve_app, signals_noted
+from cli.processes import SupervisedTree, serve_app, serve_workers, signals_noted
 from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
@@ -176,15 +176,24 @@ def _serve_api(
     on_exit: Callable[[], None] | None = None,
 ) -> None:
     from api.app import create_app  # FastAPI, the routers and the pipeline behind them: ~0.5 s
+    from api.server import server_config
 
-    serve_app(
-        create_app(settings),
-        host,
-        port,
-        grace=settings.shutdown_grace_seconds,
-        on_exit=on_exit,
-        quiet=quiet,
-    )
+    app = create_app(settings)
+    serve_app(server_config(settings, app, host=host, port=port, quiet=quiet), on_exit=on_exit)
+
+
+def serve_problems(settings: Settings, workers: int) -> list[str]:
+    """Why `marketplace serve` must not start with these settings (production checks)."""
+    from pipeline.core.secret_strength import HOW_TO_GENERATE, weak_secrets
+
+    problems = [f"{line}; generate one with {HOW_TO_GENERATE}" for line in weak_secrets(settings)]
+    if workers > 1 and not settings.redis_url:
+        problems.append(
+            f"--workers {workers} needs REDIS_URL: without it every worker process counts each "
+            f"key's hourly rate limit alone, so a key would get up to {workers} times its limit; "
+            "set REDIS_URL=redis://host:6379/0 or run one worker"
+        )
+    return problems
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -192,8 +201,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pipeline.bootstrap import prepare_store
 
     settings = _settings()
+    problems = serve_problems(settings, args.workers)
+    if problems:
+        for problem in problems:
+            print(f"marketplace serve: {problem}", file=sys.stderr)
+        return 2
     prepare_store(settings)
-    _serve_api(settings, args.host, args.port)
+    if args.workers == 1:
+        _serve_api(settings, args.host, args.port)
+        return 0
+    from api.server import server_config
+
+    # Written once here, not raced by the workers, when JWT_SECRET is not set.
+    settings.jwt_key()
+    serve_workers(server_config(settings, host=args.host, port=args.port, workers=args.workers))
     return 0
 
 
@@ -260,6 +281,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # Before the settings are first read: the API and the Dagster processes share them.
     os.environ.update(dev_settings_environment(os.environ, args.debounce_seconds))
     settings = _settings()
+    from pipeline.core.secret_strength import weak_secrets
+
+    for problem in weak_secrets(settings):
+        # `serve` refuses these; dev serves one person, on loopback by default.
+        print(f"marketplace dev: warning: {problem} (`marketplace serve` refuses it)", flush=True)
     print(
         f"marketplace dev: starting the API on :{args.port} and Dagster on :{args.dagster_port} "
         f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",
@@ -298,10 +324,24 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = sub.add_parser("serve", help="run the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="API worker processes on the one port (uvicorn's supervisor); N > 1 needs REDIS_URL",
+    )
     serve.set_defaults(handler=cmd_serve)
 
     dev = sub.add_parser("dev", help="run the HTTP API and the Dagster UI with its daemon")

@@ -209,22 +209,12 @@ def signals_noted(on_signal: Callable[[int], None]) -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
-def serve_app(
-    app: Any,
-    host: str,
-    port: int,
-    *,
-    grace: float,
-    on_exit: Callable[[], None] | None = None,
-    quiet: bool = False,
-) -> None:
-    """Run uvicorn until SIGINT or SIGTERM, then drain in-flight requests for up to `grace` s.
+def serve_app(config: Any, *, on_exit: Callable[[], None] | None = None) -> None:
+    """Run uvicorn with `config` until SIGINT or SIGTERM, then drain in-flight requests.
 
-    `quiet` (dev): no request log and no start-up lines; the banner says where the API is.
-
-    `on_exit` runs as soon as the stop signal arrives (while requests still drain), so other
-    processes can stop at the same time. Returns normally after a signal, so the caller's
-    clean-up runs.
+    The drain lasts up to the config's `timeout_graceful_shutdown`. `on_exit` runs as soon as
+    the stop signal arrives (while requests still drain), so other processes can stop at the
+    same time. Returns normally after a signal, so the caller's clean-up runs.
     """
     import uvicorn  # ~70 ms; the watchdog (`python -m cli.processes`) never needs it
 
@@ -234,14 +224,6 @@ def serve_app(
                 on_exit()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning" if quiet else "info",
-        access_log=not quiet,
-        timeout_graceful_shutdown=int(grace),
-    )
     server = Server(config)
 
     def noted(_sig: int) -> None:
@@ -253,6 +235,23 @@ def serve_app(
 
     with signals_noted(noted):
         server.run()
+
+
+def serve_workers(config: Any) -> None:
+    """Run `config.workers` uvicorn worker processes on one listening socket until a signal.
+
+    uvicorn's supervisor starts each worker with `spawn` (a fresh interpreter that builds its
+    own app), restarts a worker that dies, and on SIGINT/SIGTERM sends SIGTERM to every worker,
+    each of which drains as a single server does, then returns. SIGHUP replaces the workers
+    one at a time; SIGTTIN/SIGTTOU add or remove one.
+    """
+    from uvicorn.supervisors import Multiprocess
+
+    sock = config.bind_socket()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

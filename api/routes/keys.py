@@ -33,7 +33,6 @@ from pipeline.auth.verification import (
     KeyRefused,
     verify_result,
 )
-from pipeline.core.config import Settings
 from pipeline.core.db import Database
 
 router = APIRouter(prefix="/api/v1", tags=["keys"])
@@ -147,12 +146,11 @@ def index(
 )
 async def verify(body: VerifyRequest, request: Request) -> dict[str, Any]:
     # Async, with the blocking check in one worker-thread hop: this is the hot path.
-    settings: Settings = request.app.state.settings
     try:
         principal = await run_in_threadpool(
             get_key_verifier(request).use,
             body.api_key,
-            client_ip=client_ip(request, settings),
+            client_ip=client_ip(request),
             service_id=body.service_id,
             scope=body.scope,
         )

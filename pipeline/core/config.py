@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     contribution_max_body_bytes: int = Field(default=50 * MB, ge=1024)
     upload_max_bytes: int = Field(default=500 * MB, ge=1024)
 
+    # Bounds the HTTP server enforces before the app sees a request (api/http_bounds.py).
+    http_max_request_line_bytes: int = Field(default=8 * 1024, ge=256, le=1 * MB)
+    http_max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 * MB)
+    http_max_headers: int = Field(default=100, ge=8, le=10_000)
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    http_body_timeout_seconds: float = Field(default=20.0, gt=0, le=3600)
+    http_body_min_bytes_per_second: int = Field(default=500, ge=0)
+    http_keepalive_seconds: int = Field(default=5, ge=1, le=3600)
+    http_max_connections: int = Field(default=1000, ge=1)
+
     @field_validator("pipeline_log_level", mode="before")
     @classmethod
     def _upper_level(cls, value: object) -> object:

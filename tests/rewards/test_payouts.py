@@ -394,6 +394,75 @@ def test_a_batch_is_paid_all_or_nothing(
         assert len(session.scalars(select(RewardEntry)).all()) == 2
 
 
+def test_two_concurrent_payers_of_one_valuation_pay_once(
+    svc: Services,
+    db: Database,
+    store: LocalObjectStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two runs (two processes' worth of engines) pay the same valuation at the same moment:
+    both read it unpaid, then both write; the ledger gets each payment once (issue 19)."""
+    import threading
+
+    import pipeline.rewards.payouts as payouts
+
+    add_benchmark(db, store)
+    ids = [
+        contribute(db, store, churn_rows(200, seed=s), with_manifest=manifest(w))
+        for s, w in ((21, WALLET_A), (22, WALLET_B))
+    ]
+    batch = claim_batch(svc, 1, ids[-1][1], trigger="arrival")
+    describe_batch(svc, batch)
+    run_quality_checks(svc, batch)
+    run_pii_scans(svc, batch)
+    outcomes = evaluate_batch(svc, batch)
+    accepted = [job_id for job_id, _ in ids if job(db, job_id).status == EVALUATING]
+    assert len(accepted) == 2
+
+    read_members = payouts._valuation_members
+    both_read = threading.Barrier(2, timeout=60)
+    first_read = threading.local()
+
+    def read_then_wait(*args: Any, **kwargs: Any) -> Any:
+        found = read_members(*args, **kwargs)
+        if not getattr(first_read, "done", False):
+            first_read.done = True
+            both_read.wait()  # neither writes before both have seen the valuation unpaid
+        return found
+
+    monkeypatch.setattr(payouts, "_valuation_members", read_then_wait)
+    caplog.set_level("INFO", logger="pipeline.rewards.payouts")
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def pay() -> None:
+        own = Services(svc.settings, store=store)  # its own engine and pool, as another process
+        try:
+            results.append(pay_batch(own, 1, outcomes))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=pay) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == [] and len(results) == 2
+    # The loser of the race wrote, hit the ledger's unique rows or the job's status, and
+    # rolled back.
+    assert "was paid concurrently" in caplog.text
+    with db.session() as session:
+        entries = session.scalars(select(RewardEntry)).all()
+    assert sorted(e.contribution_id for e in entries) == sorted(accepted)
+    assert {job(db, j).status for j in accepted} == {REWARDED}
+    paid = {o.evaluation_id: o.tokens for o in results[0]}
+    assert paid == {o.evaluation_id: o.tokens for o in results[1]}
+    assert math.isclose(sum(e.tokens for e in entries), sum(paid.values()))
+
+
 def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
     svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,15 +26,18 @@ def serve(
     so no other process can take the port in between.
     """
     from api.app import create_app
+    from api.server import server_config
 
     app = create_app(settings)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
+    # The same bounds and client-address rule as `marketplace serve`.
+    config = server_config(
+        settings,
         wrap(app) if wrap else app,
-        log_level="warning",
+        quiet=True,
         lifespan="off",
         timeout_graceful_shutdown=2,
     )

@@ -7,14 +7,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.cli.test_dev_command import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-JWT_SECRET = "tree-test-secret-tree-test-secret-0123"
-ADMIN_TOKEN = "tree-test-admin-token-0123456789"
+# Strong enough for `marketplace serve`'s floor (pipeline/core/secret_strength.py).
+JWT_SECRET = "uoTOrhlsMEnU7YCOKPSaWn87pZITvRedZSGL-5QTcmo"
+ADMIN_TOKEN = "HM0c9Nimd73g_lXU1VlxxfVMHyRHiutx2PZuBFBvuAU"
 GRACE = 10
 # Slack over the grace for process exit and our polling, on a loaded 2-core machine.
 MARGIN = 15
@@ -73,10 +74,10 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "JWT_SECRET": JWT_SECRET,
         "ADMIN_TOKEN": ADMIN_TOKEN,
         "SHUTDOWN_GRACE_SECONDS": str(GRACE),
-        **extra,
     }
     for name in ("DATABASE_URL", "DAGSTER_HOME", "SERVICE_DATASET_BUCKET", "DAGSTER_PG_URL"):
         env.pop(name, None)
+    env.update(extra)  # what the test sets wins, DATABASE_URL included
     return env
 
 
@@ -96,15 +97,17 @@ class Started:
 def started_processes() -> Iterator[Started]:
     """For a fixture: whatever is left of the started trees is killed afterwards."""
     record = Started()
-    yield record
-    for proc in record.procs:
-        record.recorded.update(descendants(proc.pid))
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    for pid in record.recorded:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    try:
+        yield record
+    finally:  # also when the generator is closed early (a fixture's set-up failed)
+        for proc in record.procs:
+            record.recorded.update(descendants(proc.pid))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for pid in record.recorded:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def start(
@@ -124,13 +127,17 @@ def start(
 
 
 def start_serve(
-    tmp_path: Path, started: Started, **env: str
+    tmp_path: Path,
+    started: Started,
+    args: Sequence[str] = (),
+    ready_seconds: float = 60,
+    **env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`marketplace serve` on a free port, answering; returns the process and its base URL."""
+    """`marketplace serve [ARGS]` on a free port, answering; returns the process and its URL."""
     port = free_port()
-    proc = start(["serve", "--port", str(port)], tmp_path, started, **env)
+    proc = start(["serve", "--port", str(port), *args], tmp_path, started, **env)
     url = f"http://127.0.0.1:{port}"
-    wait_for(f"{url}/healthz", proc, 60)
+    wait_for(f"{url}/healthz", proc, ready_seconds)
     return proc, url
 
 

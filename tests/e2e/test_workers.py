@@ -1,0 +1,203 @@
+"""`marketplace serve --workers 2` on PostgreSQL + Redis (issue 19): concurrent requests on two
+worker processes never store a contribution twice and never count a quota or a rate limit
+twice. Each request goes over a connection whose accepting worker is read from /proc, so both
+workers are known to take part."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import create_engine, func, select, text
+
+from pipeline.auth.sessions import issue_token
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.tables import Contribution, DatasetVersion, KeyUsage
+from pipeline.demo.churn_data import churn_rows
+from tests.conftest import PG_ADMIN_URL, PG_HOST, PG_PORT, REDIS_URL, require_service
+from tests.support.processes import (
+    ADMIN_TOKEN,
+    JWT_SECRET,
+    start_serve,
+    started_processes,
+)
+from tests.support.workers import Connection, connections_per_worker, worker_pids
+
+pytestmark = pytest.mark.slow
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def scratch_database() -> Iterator[str]:
+    require_service("PostgreSQL", PG_HOST, PG_PORT)
+    require_service("Redis", "127.0.0.1", 6379)
+    name = f"mk_workers_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def workers(
+    scratch_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int, dict[int, list[Connection]]]]:
+    """Two workers, and three kept-alive connections on each (host, port, {pid: connections})."""
+    tmp_path = tmp_path_factory.mktemp("workers")
+    env = {
+        "DATABASE_URL": scratch_database,
+        "REDIS_URL": REDIS_URL,
+        "HTTP_KEEPALIVE_SECONDS": "120",
+    }
+    processes = started_processes()
+    started = next(processes)
+    try:
+        # A fresh database is migrated first, then two interpreters import the app: on a
+        # loaded 2-core machine that can take minutes.
+        proc, url = start_serve(
+            tmp_path, started, args=["--workers", "2"], ready_seconds=240, **env
+        )
+        host, port = url.removeprefix("http://").split(":")
+        pids = _wait_for_workers(proc.pid, tmp_path)
+        held = connections_per_worker(host, int(port), pids, per_worker=3)
+        yield scratch_database, proc.pid, held
+        for conns in held.values():
+            for conn in conns:
+                conn.close()
+    finally:
+        processes.close()  # the supervisor and its workers, even after a failed set-up
+
+
+def _wait_for_workers(supervisor: int, tmp_path: Path) -> list[int]:
+    """The two worker pids, once both have logged that they serve."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        pids = worker_pids(supervisor)
+        log = (tmp_path / "server.log").read_text(errors="replace")
+        if len(pids) == 2 and log.count("Application startup complete.") >= 2:
+            return pids
+        time.sleep(0.2)
+    raise RuntimeError("two workers did not start")
+
+
+def all_at_once(calls: list[tuple[Connection, tuple[Any, ...], dict[str, str]]]) -> list[Any]:
+    """Send every request first (each on its own connection), then read every answer."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        conn, args, headers = calls[index]
+        barrier.wait()
+        answers[index] = conn.request(*args, **headers)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return answers
+
+
+def spread(held: dict[int, list[Connection]]) -> list[Connection]:
+    """Connections alternating between the workers."""
+    columns = list(held.values())
+    return [conn for row in zip(*columns, strict=True) for conn in row]
+
+
+def test_the_same_idempotency_key_on_both_workers_stores_one_contribution(
+    workers: tuple[str, int, dict[int, list[Connection]]],
+) -> None:
+    database_url, _, held = workers
+    token = issue_token(Settings(jwt_secret=SecretStr(JWT_SECRET)), "twice")
+    keys = [f"retry-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    conns = spread(held)
+    for seed, key in enumerate(keys):
+        body = {"modelId": 1, "benchmarkSpecId": None, "rows": churn_rows(50, seed=seed)}
+        headers = {"Authorization": f"Bearer {token}", "Idempotency_Key": key}
+        # The same request on every held connection: three per worker, at the same moment.
+        answers = all_at_once(
+            [(conn, ("POST", "/api/models/1/contributions", body), headers) for conn in conns]
+        )
+        assert {status for status, _ in answers} == {202}, answers
+        assert len({answer["jobId"] for _, answer in answers}) == 1
+    db = Database(database_url)
+    try:
+        with db.session() as session:
+            stored = session.scalars(
+                select(Contribution).where(Contribution.idempotency_key.in_(keys))
+            ).all()
+            versions = session.scalar(
+                select(func.count())
+                .select_from(DatasetVersion)
+                .join(Contribution, Contribution.dataset_version_id == DatasetVersion.id)
+                .where(Contribution.idempotency_key.in_(keys))
+            )
+    finally:
+        db.dispose()
+    assert sorted(c.idempotency_key for c in stored) == sorted(keys)
+    assert versions == len(keys)
+
+
+def _create_key(conn: Connection, **fields: Any) -> str:
+    status, body = conn.request("POST", "/api/v1/keys", {"name": "workers", **fields}, **ADMIN)
+    assert status == 201, body
+    return str(body["api_key"])
+
+
+def test_a_monthly_quota_is_counted_once_across_workers(
+    workers: tuple[str, int, dict[int, list[Connection]]],
+) -> None:
+    database_url, _, held = workers
+    conns = spread(held)
+    key = _create_key(conns[0], service_id="prediction", monthly_prediction_limit=10)
+    verify = ("POST", "/api/v1/keys/verify", {"api_key": key, "service_id": "prediction"})
+    # 18 uses in three rounds of six at once (three on each worker), against a limit of 10.
+    answers = []
+    for _ in range(3):
+        answers += all_at_once([(conn, verify, {}) for conn in conns])
+    allowed = [a for s, a in answers if s == 200 and a["valid"]]
+    assert len(allowed) == 10
+    assert sorted({s for s, _ in answers}) == [200, 429]
+    db = Database(database_url)
+    try:
+        with db.session() as session:
+            counted = session.scalar(
+                select(KeyUsage.count).where(KeyUsage.key_id == allowed[0]["key_id"])
+            )
+    finally:
+        db.dispose()
+    assert counted == 10
+
+
+def test_an_hourly_rate_limit_is_shared_by_the_workers(
+    workers: tuple[str, int, dict[int, list[Connection]]],
+) -> None:
+    _, _, held = workers
+    conns = spread(held)
+    key = _create_key(conns[0], service_id="platform", rate_limit_per_hour=10)
+    whoami = ("GET", "/api/v1/whoami")
+    answers = []
+    for _ in range(4):
+        answers += all_at_once(
+            [(conn, whoami, {"Authorization": f"Bearer {key}"}) for conn in conns]
+        )
+    statuses = [status for status, _ in answers]
+    # In-memory limits would let each worker allow 10 (20 in all); Redis holds them to 10.
+    assert statuses.count(200) == 10
+    assert statuses.count(429) == len(answers) - 10
+
+
+def test_every_worker_took_part(workers: tuple[str, int, dict[int, list[Connection]]]) -> None:
+    _, supervisor, held = workers
+    assert sorted(held) == worker_pids(supervisor)
+    assert all(len(conns) == 3 for conns in held.values())
