@@ -162,7 +162,8 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
     return dependency
 
 
-_MODEL_ID = re.compile(r"[0-9]{1,10}")
+# A model id as path text: ASCII digits, at most 10 (a 32-bit id), checked before int().
+MODEL_ID_TEXT = re.compile(r"[0-9]{1,10}")
 
 
 def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
@@ -181,7 +182,7 @@ def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
         request: Request, principal: KeyPrincipal = Depends(key_dependency)
     ) -> KeyPrincipal:
         raw = str(request.path_params["model_id"])
-        if not _MODEL_ID.fullmatch(raw) or not 1 <= int(raw) <= INT32_MAX:
+        if not MODEL_ID_TEXT.fullmatch(raw) or not 1 <= int(raw) <= INT32_MAX:
             return principal
         model_id = int(raw)
         await run_in_threadpool(

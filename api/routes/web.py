@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from api.deps import get_db, request_settings
+from api.deps import MODEL_ID_TEXT, get_db, request_settings
 from pipeline.auth.sessions import decode_token
 from pipeline.checks.quality import QualityThresholds
 from pipeline.core.config import Settings
@@ -112,8 +112,10 @@ def contribute_page(
     db: Database = Depends(get_db),
     settings: Settings = Depends(request_settings),
 ) -> HTMLResponse:
-    if not model_id.isdigit():
-        return _not_found(f"There is no model {model_id!r}.")
+    # ASCII digits of a 32-bit id only, checked before int(): str.isdigit() also accepts "²",
+    # which int() refuses, and int() refuses more than 4,300 digits.
+    if not MODEL_ID_TEXT.fullmatch(model_id):
+        return _not_found("There is no such model.")
     try:
         with db.session() as session:
             model = get_model(session, int(model_id))
