@@ -33,6 +33,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=KeyResponseBody,
     summary="Create an organization key (Developer and up); the full value is returned once",
+    description="Spec §4.7 body: name, service_id, scopes, environment (and the optional "
+    "expires_in_days and allowed_ips, which only narrow a key). billing_plan, "
+    "rate_limit_per_hour and monthly_prediction_limit may be sent by Owners and Admins only "
+    "(403 for a Developer); without them the key gets the §4.6 defaults.",
     responses=ERRORS,
 )
 def create(
@@ -44,6 +48,7 @@ def create(
     with db.session() as session:
         member = membership(session, org_id, caller.user_id)
         member.require(KeyAction.CREATE)
+        member.require_plan_fields(body.model_fields_set)
         issued = create_key(session, body, user_id=caller.user_id, org_id=member.org_id)
         return issued.response()
 
