@@ -35,7 +35,7 @@ from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
 from pipeline.intake.versions import VersionDraft, VersionRecord, new_dataset_version
 from pipeline.models.registry import get_model
-from pipeline.store.objectstore import ObjectStore, StoredObject
+from pipeline.store.objectstore import ObjectStore, StoredObject, public_uri
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +359,7 @@ def accept_benchmark_upload(
         ", ".join(watch.laps),
     )
     return BenchmarkUpload(
-        uri=stored.uri,
+        uri=public_uri(stored.uri, stored.key),
         sha256=stored.sha256,
         spec_id=spec.id,
         filename=name,
