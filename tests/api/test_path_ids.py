@@ -58,4 +58,3 @@ def test_owner_routes_answer_400_for_a_malformed_model_id(
     assert schedule.status_code == 400
     upload = client.post(f"/api/v1/benchmarks/upload/{model_id}", headers=headers)
     assert upload.status_code == 400
-
