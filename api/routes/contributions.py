@@ -10,7 +10,15 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from api.deps import ModelId, current_user, get_db, get_store, request_settings
 from api.errors import ContributionBodyInvalid
@@ -19,7 +27,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
 from pipeline.core.tables import INT32_MAX, Contribution
-from pipeline.core.text import END
+from pipeline.core.text import END, NO_CONTROL_CHARACTERS, printable
 from pipeline.intake.contributions import (
     ContributionRequest,
     contribution_view,
@@ -55,17 +63,31 @@ class ContributionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     modelId: Annotated[int, Strict()]  # noqa: N815 - spec field names
-    benchmarkSpecId: str | None  # noqa: N815
+    # Bounded as their columns are, control characters refused (NUL breaks PostgreSQL text).
+    benchmarkSpecId: str | None = Field(  # noqa: N815
+        max_length=36,
+        description="a benchmark spec id (UUID), or null",
+        json_schema_extra={"pattern": NO_CONTROL_CHARACTERS},
+    )
     rows: list[dict[str, Any]] = Field(
         min_length=1,
         description="rows, each conforming to the model's data-spec "
         "(GET /api/models/{modelId}/data-spec)",
     )
-    schemaVersion: str | None = None  # noqa: N815
-    templateId: str | None = None  # noqa: N815
+    schemaVersion: str | None = Field(  # noqa: N815
+        default=None, max_length=100, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
+    templateId: str | None = Field(  # noqa: N815
+        default=None, max_length=100, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
     manifest: dict[str, Any] | None = Field(
         default=None, description="Contributor manifest (spec §2.5) for this contribution"
     )
+
+    @field_validator("benchmarkSpecId", "schemaVersion", "templateId")
+    @classmethod
+    def _printable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else printable(value, str(info.field_name))
 
 
 class ContributionAccepted(BaseModel):
