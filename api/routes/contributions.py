@@ -20,7 +20,15 @@ from pydantic import (
     field_validator,
 )
 
-from api.deps import ModelId, current_user, get_db, get_store, request_settings
+from api.deps import (
+    JSON_ONLY_RESPONSES,
+    ModelId,
+    current_user,
+    get_db,
+    get_store,
+    json_write_request,
+    request_settings,
+)
 from api.errors import ContributionBodyInvalid
 from pipeline.auth.sessions import Identity
 from pipeline.core.config import Settings
@@ -133,7 +141,10 @@ IDEMPOTENCY_KEY_PATTERN = rf"^[!-~](?:[ -~]*[!-~])?{END}"
     responses={
         400: {"model": ContributionRejected, "description": "invalid request or rows"},
         409: {"description": "the Idempotency-Key was used for another request"},
+        **JSON_ONLY_RESPONSES,
     },
+    # Checked before the session and the body: no page of another origin writes with the cookie.
+    dependencies=[Depends(json_write_request)],
     # The body is read and parsed by the route itself (see pipeline/intake/jsonrows.py); its shape
     # is still documented as ContributionBody.
     openapi_extra={
