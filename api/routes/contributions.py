@@ -31,6 +31,7 @@ from api.deps import (
 )
 from api.errors import ContributionBodyInvalid
 from pipeline.auth.sessions import Identity
+from pipeline.checks.disclosure import require_leak_allowance
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
@@ -141,6 +142,10 @@ IDEMPOTENCY_KEY_PATTERN = rf"^[!-~](?:[ -~]*[!-~])?{END}"
     responses={
         400: {"model": ContributionRejected, "description": "invalid request or rows"},
         409: {"description": "the Idempotency-Key was used for another request"},
+        429: {
+            "description": "the caller's contributions to this model contained benchmark rows "
+            "INTEGRITY_LEAK_VERDICTS_PER_DAY times in 24 hours (Retry-After)"
+        },
         **JSON_ONLY_RESPONSES,
     },
     # Checked before the session and the body: no page of another origin writes with the cookie.
@@ -171,6 +176,14 @@ async def post_contribution(
         description="a retry with the same key and the same request returns the first job",
     ),
 ) -> ContributionAccepted:
+    # Before the body: a supplier whose rows keep containing the benchmark waits (429).
+    await run_in_threadpool(
+        require_leak_allowance,
+        db,
+        user.user_id,
+        modelId,
+        settings.integrity_leak_verdicts_per_day,
+    )
     # One growing buffer rather than a list of chunks joined at the end: a 50 MB body is
     # held once. The size limit is enforced while it streams in (api/limits.py).
     body = bytearray()
