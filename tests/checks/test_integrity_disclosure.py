@@ -20,8 +20,7 @@ from fastapi.testclient import TestClient
 from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
-from pipeline.checks.disclosure import LEAKAGE_REASON, submitter_integrity
-from pipeline.checks.integrity import AnyLabel, any_label_chance_rates, count_benchmark_copies
+from pipeline.checks.integrity import count_benchmark_copies
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, Contribution, utcnow
@@ -96,6 +95,9 @@ def test_flipping_the_labels_of_leaked_rows_does_not_change_what_the_submitter_i
     alice = auth_headers("alice")
     told = _told(client, alice, model_id, true_labels)
     assert told == _told(client, alice, model_id, flipped)
+
+    from pipeline.checks.disclosure import LEAKAGE_REASON
+
     assert told["status"] == REJECTED
     assert told["reason"] == LEAKAGE_REASON
     assert told["quality"]["integrity"] == {
@@ -126,6 +128,8 @@ def test_flipping_the_labels_of_leaked_rows_does_not_change_what_the_submitter_i
 def test_matching_whatever_the_label_keeps_honest_rows_apart(tmp_path: Any) -> None:
     """Matching under any label does not turn honest rows into copies: on the dense churn-like
     tables too, the chance rates are measured the same way."""
+    from pipeline.checks.integrity import AnyLabel, any_label_chance_rates
+
     for name in ("breast_cancer", "wine", "digits"):
         bench, rest = split(name)
         path = build(bench, tmp_path)
@@ -153,6 +157,8 @@ def test_a_supplier_whose_rows_keep_containing_the_benchmark_must_wait(
     settings: Settings,
     auth_headers: Callable[..., dict[str, str]],
 ) -> None:
+    from pipeline.checks.disclosure import LEAKAGE_REASON
+
     def verdict(user: str, hours_ago: float) -> None:
         with db.session() as session:
             session.add(
@@ -181,6 +187,8 @@ def test_a_supplier_whose_rows_keep_containing_the_benchmark_must_wait(
 
 
 def test_the_submitters_view_has_no_benchmark_figures() -> None:
+    from pipeline.checks.disclosure import submitter_integrity
+
     figures = {
         "verdict": "passed",
         "rows": 150,
