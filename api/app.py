@@ -16,6 +16,7 @@ from api.routes import (
     contract,
     contributions,
     docs,
+    integrity,
     keys,
     org_keys,
     rewards,
@@ -53,7 +54,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.key_verifier = services.key_verifier()
     install_error_handlers(app)
     install_openapi(app, settings)
-    for module in (contract, contributions, keys, org_keys, schedules, arrivals, web, benchmarks):
+    for module in (
+        contract,
+        contributions,
+        keys,
+        org_keys,
+        schedules,
+        arrivals,
+        web,
+        benchmarks,
+        integrity,
+    ):
         app.include_router(module.router)
     app.include_router(rewards.router)
     app.include_router(docs.router)

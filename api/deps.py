@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from fastapi import Depends, Path, Request, Security
+from fastapi import Depends, HTTPException, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
@@ -17,7 +18,7 @@ from pipeline.auth.sessions import Identity, admin_identity, decode_token
 from pipeline.auth.verification import KeyPrincipal, KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.errors import Unauthenticated
+from pipeline.core.errors import Forbidden, Unauthenticated
 from pipeline.core.tables import INT32_MAX
 from pipeline.models.registry import require_model_owner
 from pipeline.store.objectstore import ObjectStore
@@ -120,6 +121,62 @@ def client_ip(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
+def served_over_https(request: Request, settings: Settings) -> bool:
+    """Whether the browser reached the service over HTTPS: directly, or through a trusted proxy
+    that says so in X-Forwarded-Proto (the same trust rule as `client_ip`)."""
+    if request.url.scheme == "https":
+        return True
+    peer = request.client.host if request.client else None
+    forwarded = request.headers.get("x-forwarded-proto", "")
+    return bool(peer and peer in settings.trusted_proxies) and forwarded.strip() == "https"
+
+
+# --- writes a browser may send with the session cookie (CSRF) -----------------------------------
+
+# A page of another site, or of another origin of the same site (another port of the same host),
+# is not the service's own page.
+FOREIGN_FETCH_SITES = frozenset({"cross-site", "same-site"})
+JSON_MEDIA_TYPE = "application/json"
+# What the routes guarded below may answer besides their own statuses (OpenAPI `responses`).
+CROSS_ORIGIN_RESPONSE: dict[int | str, dict[str, Any]] = {
+    403: {"description": "sent by a page of another origin (Origin, Sec-Fetch-Site)"}
+}
+JSON_ONLY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **CROSS_ORIGIN_RESPONSE,
+    415: {"description": "the body is not `application/json`"},
+}
+
+
+def same_origin_request(request: Request) -> None:
+    """403 unless the request comes from the service's own pages or from outside a browser.
+
+    The session cookie rides along on any request the browser sends to the service, including a
+    form another page submits; that page cannot choose the Origin and Sec-Fetch-Site headers the
+    browser adds. A client outside a browser (the CLI, curl) sends neither, and is let through.
+    """
+    site = request.headers.get("sec-fetch-site", "").strip().lower()
+    if site in FOREIGN_FETCH_SITES:
+        raise Forbidden("refused: the request was sent by a page of another origin")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    host = request.headers.get("host", "").strip().lower()
+    if origin.strip().lower() == "null" or urlsplit(origin.strip()).netloc.lower() != host:
+        raise Forbidden("refused: the request was sent by a page of another origin")
+
+
+def json_write_request(request: Request) -> None:
+    """`same_origin_request`, then 415 unless the body is declared `application/json`.
+
+    A plain HTML form can only send `application/x-www-form-urlencoded`, `multipart/form-data`
+    or `text/plain` without a CORS preflight, so requiring JSON keeps forms of other pages out.
+    """
+    same_origin_request(request)
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE:
+        raise HTTPException(415, f"the request body must be {JSON_MEDIA_TYPE}")
+
+
 def get_key_verifier(request: Request) -> KeyVerifier:
     """The app's key verifier (rate limiter and last-used throttle), made once in create_app."""
     verifier: KeyVerifier = request.app.state.key_verifier
@@ -149,7 +206,8 @@ def platform_key(scope: str | None = None) -> Callable[..., Awaitable[KeyPrincip
     return dependency
 
 
-_MODEL_ID = re.compile(r"[0-9]{1,10}")
+# A model id as path text: ASCII digits, at most 10 (a 32-bit id), checked before int().
+MODEL_ID_TEXT = re.compile(r"[0-9]{1,10}")
 
 
 def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
@@ -168,7 +226,7 @@ def model_owner_key(scope: str) -> Callable[..., Awaitable[KeyPrincipal]]:
         request: Request, principal: KeyPrincipal = Depends(key_dependency)
     ) -> KeyPrincipal:
         raw = str(request.path_params["model_id"])
-        if not _MODEL_ID.fullmatch(raw) or not 1 <= int(raw) <= INT32_MAX:
+        if not MODEL_ID_TEXT.fullmatch(raw) or not 1 <= int(raw) <= INT32_MAX:
             return principal
         model_id = int(raw)
         await run_in_threadpool(

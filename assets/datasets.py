@@ -80,8 +80,9 @@ def judge(
 ) -> dg.AssetCheckResult:
     """A check step's results on each version's partition (see `assets.reporting`).
 
-    A failure's description is the job's reason (what the API shows), else `{what} failed:
-    {summary}`; a pass says `describe(outcome)`, else `{what} passed: {summary}`.
+    A failure's description is the step's own `detail` when it has one (the integrity check:
+    the figures its submitter is not shown), else the job's reason (what the API shows), else
+    `{what} failed: {summary}`; a pass says `describe(outcome)`, else `{what} passed: {summary}`.
     """
     db = marketplace.services.db
     batch_verdict = verdict(batch, outcomes, db, what)
@@ -90,7 +91,8 @@ def judge(
 
     def described(o: CheckOutcome) -> str:
         if not o.passed:
-            return reasons.get(o.version) or f"{what} failed: {o.summary}"
+            detail = o.figures.get("detail")
+            return str(detail or reasons.get(o.version) or f"{what} failed: {o.summary}")
         return describe(o) if describe is not None else f"{what} passed: {o.summary}"
 
     results = [

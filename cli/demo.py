@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from cli.client import ClientError
 from cli.connection import connection_options, handles_errors, make_client, parse_model_id
 from cli.terminal import note
+from pipeline.core.csv_cells import write_csv
 from pipeline.core.errors import InvalidInput
 from pipeline.demo.demo_data import (
     BENCHMARK_ROWS,
@@ -27,20 +27,10 @@ CONTRIBUTION_FILE = "contribution.csv"
 DEMO_MODEL_ID = 1
 
 
-def csv_cell(value: Any) -> str:
-    """A value as the CLI's reader and the benchmark reader parse it back (true/false)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+def write_demo_file(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        writer.writerows([csv_cell(row.get(name)) for name in columns] for row in rows)
+        # Booleans as true/false, as the CLI's reader and the benchmark reader parse them back.
+        write_csv(handle, columns, rows)
 
 
 @handles_errors
@@ -73,8 +63,8 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
         folder / CONTRIBUTION_FILE,
         folder / MANIFEST_FILE,
     )
-    write_csv(benchmark, data.benchmark, data.columns)
-    write_csv(contribution, data.contribution, data.columns)
+    write_demo_file(benchmark, data.benchmark, data.columns)
+    write_demo_file(contribution, data.contribution, data.columns)
     manifest.write_text(json.dumps(data.manifest, indent=2) + "\n", encoding="utf-8")
     print(f"model {args.model} ({model.name}), target column {model.target_column}:")
     print(f"wrote {benchmark} ({len(data.benchmark)} rows)")

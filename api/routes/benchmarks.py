@@ -14,9 +14,15 @@ from pipeline.auth.verification import KeyPrincipal
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
+from pipeline.core.text import NO_CONTROL_CHARACTERS
 from pipeline.evaluation.metrics import DIRECTIONS, METRICS
 from pipeline.intake.receiving import DatasetIntake, upload_tmp_root
-from pipeline.intake.uploads import FORM_FIELDS, accept_benchmark_upload, load_upload_target
+from pipeline.intake.uploads import (
+    FORM_FIELDS,
+    INPUT_COLUMNS_MAX_CHARS,
+    accept_benchmark_upload,
+    load_upload_target,
+)
 from pipeline.store.objectstore import ObjectStore
 
 UPLOAD_SCOPE = "benchmarks:write"
@@ -52,6 +58,7 @@ UPLOAD_FORM_SCHEMA: dict[str, Any] = {
             "type": "string",
             "default": "test",
             "maxLength": 100,
+            "pattern": NO_CONTROL_CHARACTERS,
             "description": "split used for evaluation",
         },
         "metric_name": {
@@ -69,11 +76,14 @@ UPLOAD_FORM_SCHEMA: dict[str, Any] = {
             "type": "string",
             "default": "target",
             "maxLength": 200,
+            "pattern": NO_CONTROL_CHARACTERS,
             "description": "column with ground-truth labels",
         },
         "input_columns": {
             "type": "string",
             "default": "",
+            "maxLength": INPUT_COLUMNS_MAX_CHARS,
+            "pattern": NO_CONTROL_CHARACTERS,
             "description": "comma-separated feature columns; empty means every other column",
         },
         "allow_pii": {

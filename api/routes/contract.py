@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from typing import Any, Literal
@@ -11,6 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import ModelId, get_db
+from pipeline.core.csv_cells import write_csv
 from pipeline.core.db import Database
 from pipeline.models.registry import get_model, list_models
 
@@ -21,16 +21,6 @@ SCHEMA_MEDIA_TYPE = "application/schema+json"
 
 def _attachment(filename: str) -> dict[str, str]:
     return {"Content-Disposition": f'attachment; filename="{filename}"'}
-
-
-def _csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
 
 
 @router.get("", summary="List models")
@@ -87,9 +77,7 @@ def data_spec_example(
         columns = list(model.data_spec.get("properties", {})) or list(row)
     if format == "csv":
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerow([_csv_cell(row.get(c)) for c in columns])
+        write_csv(out, columns, [row], lineterminator="\n")
         headers = _attachment(f"model-{modelId}-example.csv") if download else None
         return Response(out.getvalue(), media_type="text/csv", headers=headers)
     headers = _attachment(f"model-{modelId}-example.json") if download else None

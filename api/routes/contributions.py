@@ -10,16 +10,33 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from api.deps import ModelId, current_user, get_db, get_store, request_settings
+from api.deps import (
+    JSON_ONLY_RESPONSES,
+    ModelId,
+    current_user,
+    get_db,
+    get_store,
+    json_write_request,
+    request_settings,
+)
 from api.errors import ContributionBodyInvalid
 from pipeline.auth.sessions import Identity
+from pipeline.checks.disclosure import require_leak_allowance
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, RowValidationFailed
 from pipeline.core.tables import INT32_MAX, Contribution
-from pipeline.core.text import END
+from pipeline.core.text import END, NO_CONTROL_CHARACTERS, printable
 from pipeline.intake.contributions import (
     ContributionRequest,
     contribution_view,
@@ -55,17 +72,31 @@ class ContributionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     modelId: Annotated[int, Strict()]  # noqa: N815 - spec field names
-    benchmarkSpecId: str | None  # noqa: N815
+    # Bounded as their columns are, control characters refused (NUL breaks PostgreSQL text).
+    benchmarkSpecId: str | None = Field(  # noqa: N815
+        max_length=36,
+        description="a benchmark spec id (UUID), or null",
+        json_schema_extra={"pattern": NO_CONTROL_CHARACTERS},
+    )
     rows: list[dict[str, Any]] = Field(
         min_length=1,
         description="rows, each conforming to the model's data-spec "
         "(GET /api/models/{modelId}/data-spec)",
     )
-    schemaVersion: str | None = None  # noqa: N815
-    templateId: str | None = None  # noqa: N815
+    schemaVersion: str | None = Field(  # noqa: N815
+        default=None, max_length=100, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
+    templateId: str | None = Field(  # noqa: N815
+        default=None, max_length=100, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
     manifest: dict[str, Any] | None = Field(
         default=None, description="Contributor manifest (spec §2.5) for this contribution"
     )
+
+    @field_validator("benchmarkSpecId", "schemaVersion", "templateId")
+    @classmethod
+    def _printable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else printable(value, str(info.field_name))
 
 
 class ContributionAccepted(BaseModel):
@@ -111,7 +142,14 @@ IDEMPOTENCY_KEY_PATTERN = rf"^[!-~](?:[ -~]*[!-~])?{END}"
     responses={
         400: {"model": ContributionRejected, "description": "invalid request or rows"},
         409: {"description": "the Idempotency-Key was used for another request"},
+        429: {
+            "description": "the caller's contributions to this model contained benchmark rows "
+            "INTEGRITY_LEAK_VERDICTS_PER_DAY times in 24 hours (Retry-After)"
+        },
+        **JSON_ONLY_RESPONSES,
     },
+    # Checked before the session and the body: no page of another origin writes with the cookie.
+    dependencies=[Depends(json_write_request)],
     # The body is read and parsed by the route itself (see pipeline/intake/jsonrows.py); its shape
     # is still documented as ContributionBody.
     openapi_extra={
@@ -138,6 +176,14 @@ async def post_contribution(
         description="a retry with the same key and the same request returns the first job",
     ),
 ) -> ContributionAccepted:
+    # Before the body: a supplier whose rows keep containing the benchmark waits (429).
+    await run_in_threadpool(
+        require_leak_allowance,
+        db,
+        user.user_id,
+        modelId,
+        settings.integrity_leak_verdicts_per_day,
+    )
     # One growing buffer rather than a list of chunks joined at the end: a 50 MB body is
     # held once. The size limit is enforced while it streams in (api/limits.py).
     body = bytearray()

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import admin_user, client_ip, get_db, get_key_verifier, platform_key
@@ -34,6 +34,7 @@ from pipeline.auth.verification import (
     verify_result,
 )
 from pipeline.core.db import Database
+from pipeline.core.text import NO_CONTROL_CHARACTERS, printable
 
 router = APIRouter(prefix="/api/v1", tags=["keys"])
 
@@ -79,9 +80,23 @@ class VerifyRequest(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    api_key: str = Field(min_length=1, max_length=MAX_PRESENTED_KEY_CHARS)
+    api_key: str = Field(
+        min_length=1,
+        max_length=MAX_PRESENTED_KEY_CHARS,
+        json_schema_extra={"pattern": NO_CONTROL_CHARACTERS},
+    )
     service_id: Literal["prediction", "platform"] | None = None
-    scope: str | None = Field(default=None, min_length=1, max_length=100)
+    scope: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        json_schema_extra={"pattern": NO_CONTROL_CHARACTERS},
+    )
+
+    @field_validator("api_key", "scope")
+    @classmethod
+    def _printable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else printable(value, str(info.field_name))
 
 
 class VerifyResponse(BaseModel):

@@ -12,7 +12,13 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 
-from api.deps import current_user, get_db
+from api.deps import (
+    JSON_ONLY_RESPONSES,
+    current_user,
+    get_db,
+    json_write_request,
+    same_origin_request,
+)
 from api.routes.keys import KeyInfoBody, KeyResponseBody, MessageBody
 from pipeline.auth.keys import KeyCreate, create_key, get_org_key, key_info, list_keys, revoke_key
 from pipeline.auth.orgs import KeyAction, membership
@@ -24,7 +30,10 @@ router = APIRouter(prefix="/api/v1/organizations", tags=["organization keys"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid request body or parameters"},
     401: {"description": "missing or invalid session token"},
-    403: {"description": "not a member of the organization, or the role may not do this"},
+    403: {
+        "description": "not a member of the organization, or the role may not do this "
+        "(or, on writes, sent by a page of another origin)"
+    },
 }
 
 
@@ -33,7 +42,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=KeyResponseBody,
     summary="Create an organization key (Developer and up); the full value is returned once",
-    responses=ERRORS,
+    dependencies=[Depends(json_write_request)],
+    description="Spec §4.7 body: name, service_id, scopes, environment (and the optional "
+    "expires_in_days and allowed_ips, which only narrow a key). billing_plan, "
+    "rate_limit_per_hour and monthly_prediction_limit may be sent by Owners and Admins only "
+    "(403 for a Developer); without them the key gets the §4.6 defaults.",
+    responses={**ERRORS, 415: JSON_ONLY_RESPONSES[415]},
 )
 def create(
     org_id: str,
@@ -44,6 +58,7 @@ def create(
     with db.session() as session:
         member = membership(session, org_id, caller.user_id)
         member.require(KeyAction.CREATE)
+        member.require_plan_fields(body.model_fields_set)
         issued = create_key(session, body, user_id=caller.user_id, org_id=member.org_id)
         return issued.response()
 
@@ -75,6 +90,7 @@ def index(
     response_model=MessageBody,
     summary="Revoke an organization key (Admin and Owner any; Developer its own)",
     responses={**ERRORS, 404: {"description": "no such key in this organization"}},
+    dependencies=[Depends(same_origin_request)],
 )
 def revoke(
     org_id: str,

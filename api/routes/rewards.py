@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel
 
-from api.deps import ModelId, current_user, get_db
+from api.deps import JSON_ONLY_RESPONSES, ModelId, current_user, get_db, json_write_request
 from pipeline.auth.sessions import Identity
 from pipeline.core.db import Database
 from pipeline.models.registry import get_model
@@ -151,7 +151,9 @@ def get_my_manifest(
         201: {"description": "stored for the first time", "model": ContributorProfileOut},
         400: {"description": "invalid manifest; detail names the field"},
         401: {"description": "no session"},
+        **JSON_ONLY_RESPONSES,
     },
+    dependencies=[Depends(json_write_request)],
     # The body is read as a plain object and checked by pipeline.rewards.manifests.parse_manifest,
     # whose detail names every problem; the document states the same rules.
     openapi_extra={

@@ -6,19 +6,37 @@ which reads CSV files (Papa Parse) or typed rows, validates them with the same J
 both vendored in `static/vendor/`), measures them against the pipeline's §8 thresholds, which
 this module renders into the page from `pipeline.checks.quality.QualityThresholds`, and posts them
 to the contributions endpoint with the session cookie.
+
+The session cookie is set by the server (`POST /session` with a token the person pastes), as
+`HttpOnly`: no script of the page reads or writes it.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 from string import Template
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import get_db, request_settings
+from api.deps import (
+    MODEL_ID_TEXT,
+    get_db,
+    json_write_request,
+    request_settings,
+    same_origin_request,
+    served_over_https,
+)
 from pipeline.auth.sessions import decode_token
 from pipeline.checks.quality import QualityThresholds
 from pipeline.core.config import Settings
@@ -31,6 +49,8 @@ router = APIRouter(tags=["web"], include_in_schema=False)
 
 WEB_DIR = Path(__file__).resolve().parent.parent
 STATIC_DIR = WEB_DIR / "static"
+# A session JWT is a few hundred characters; a longer "token" is not one.
+MAX_TOKEN_CHARS = 4096
 TEMPLATE_DIR = WEB_DIR / "templates"
 
 # Only these files are served; nothing else under api/ is reachable through /static/.
@@ -83,6 +103,53 @@ def session_user(request: Request, settings: Settings) -> tuple[str | None, str]
         return None, f"the session cookie holds an {exc.detail}"
 
 
+class SessionStart(BaseModel):
+    """A session token to keep as the session cookie."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=MAX_TOKEN_CHARS)
+
+
+@router.post("/session", dependencies=[Depends(json_write_request)])
+def start_session(
+    body: SessionStart, request: Request, settings: Settings = Depends(request_settings)
+) -> JSONResponse:
+    """Check a session token and set it as the session cookie, out of the page scripts' reach.
+
+    `HttpOnly` (no script reads it, so an injected one cannot take it away), `SameSite=Strict`,
+    `Secure` when the page was served over HTTPS, kept until the token's `exp`.
+    """
+    identity = decode_token(settings, body.token)
+    now = int(time.time())
+    max_age = max(0, (identity.expires_at or now) - now)
+    response = JSONResponse({"user": identity.user_id}, headers={"Cache-Control": "no-store"})
+    response.set_cookie(
+        settings.session_cookie_name(),
+        body.token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=served_over_https(request, settings),
+    )
+    return response
+
+
+@router.delete("/session", dependencies=[Depends(same_origin_request)])
+def end_session(request: Request, settings: Settings = Depends(request_settings)) -> JSONResponse:
+    """Forget the session cookie."""
+    response = JSONResponse({"user": None}, headers={"Cache-Control": "no-store"})
+    response.delete_cookie(
+        settings.session_cookie_name(),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=served_over_https(request, settings),
+    )
+    return response
+
+
 @router.get("/")
 def home() -> RedirectResponse:
     return RedirectResponse("/models", status_code=307)
@@ -112,8 +179,10 @@ def contribute_page(
     db: Database = Depends(get_db),
     settings: Settings = Depends(request_settings),
 ) -> HTMLResponse:
-    if not model_id.isdigit():
-        return _not_found(f"There is no model {model_id!r}.")
+    # ASCII digits of a 32-bit id only, checked before int(): str.isdigit() also accepts "²",
+    # which int() refuses, and int() refuses more than 4,300 digits.
+    if not MODEL_ID_TEXT.fullmatch(model_id):
+        return _not_found("There is no such model.")
     try:
         with db.session() as session:
             model = get_model(session, int(model_id))

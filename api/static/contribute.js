@@ -8,7 +8,6 @@
 (function () {
   const app = document.getElementById("app");
   const modelId = Number(app.dataset.modelId);
-  const cookieName = app.dataset.cookieName;
   const specUrl = `/api/models/${modelId}/data-spec`;
   const contributionsUrl = `/api/models/${modelId}/contributions`;
   const FINAL = new Set(["rewarded", "rejected", "failed"]);
@@ -57,36 +56,34 @@
     }
   }
 
-  function tokenExpiry(token) {
-    // A JWT's payload is base64url JSON; its `exp` bounds how long the cookie is kept.
-    try {
-      const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-      const claims = JSON.parse(atob(part + "=".repeat((4 - (part.length % 4)) % 4)));
-      return typeof claims.exp === "number" ? claims.exp : null;
-    } catch (_) {
-      return null;
+  // The server keeps the token as an HttpOnly cookie (`POST /session`): this script never
+  // reads or writes the cookie, so no script injected into the page can take it.
+  async function session(method, body) {
+    const options = { method, credentials: "same-origin", headers: {} };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
     }
+    const response = await fetch("/session", options);
+    if (response.ok) return null;
+    const answer = await response.json().catch(() => ({}));
+    return answer.detail || `HTTP ${response.status}`;
   }
 
-  function setCookie(value, maxAgeSeconds) {
-    const secure = location.protocol === "https:" ? "; Secure" : "";
-    document.cookie =
-      `${cookieName}=${encodeURIComponent(value)}; Path=/; Max-Age=${maxAgeSeconds}` +
-      `; SameSite=Strict${secure}`;
-  }
-
-  $("token-form").addEventListener("submit", (event) => {
+  $("token-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const token = $("token-input").value.trim();
     if (!token) return;
-    const exp = tokenExpiry(token);
-    const maxAge = exp ? Math.max(0, Math.floor(exp - Date.now() / 1000)) : 7 * 24 * 3600;
-    setCookie(token, maxAge);
-    location.reload(); // the server checks the token and says who is signed in
+    const problem = await session("POST", { token });
+    if (problem) {
+      showSession(`the token was refused: ${problem}`);
+      return;
+    }
+    location.reload(); // the page is rendered again for the signed-in person
   });
 
-  $("sign-out").addEventListener("click", () => {
-    setCookie("", 0);
+  $("sign-out").addEventListener("click", async () => {
+    await session("DELETE");
     location.reload();
   });
 

@@ -33,6 +33,14 @@ class KeyAction(enum.StrEnum):
     LIST = "list"
     REVOKE_OWN = "revoke own"
     REVOKE_ANY = "revoke any"
+    SET_PLAN = "set the plan and limits of"
+
+
+# Fields of a key's create body that decide what the key costs and may consume. Spec §4.7 gives
+# organization key creation only {name, service_id, scopes, environment}: the plan and limits
+# are the organization's to decide, so only its Owners and Admins set them; a Developer's key
+# gets the defaults of §4.6 (plan free, 1000 requests per hour, no monthly limit).
+PLAN_FIELDS = ("billing_plan", "rate_limit_per_hour", "monthly_prediction_limit")
 
 
 # Spec §5 organization role matrix; a Developer revokes only keys it created.
@@ -69,6 +77,15 @@ class Membership:
     def require(self, action: KeyAction) -> None:
         if not allowed(self.role, action):
             raise Forbidden(f"role {self.role.value} may not {action.value} keys")
+
+    def require_plan_fields(self, fields_set: set[str]) -> None:
+        """Refuse plan and limit fields in a create body from a role that may not set them."""
+        sent = [name for name in PLAN_FIELDS if name in fields_set]
+        if sent and not allowed(self.role, KeyAction.SET_PLAN):
+            raise Forbidden(
+                f"role {self.role.value} may not set {', '.join(sent)}: the plan and limits of "
+                "an organization key are set by the organization's Owners and Admins"
+            )
 
     def require_revoke_right(self) -> None:
         """Before looking the key up: a role that may revoke no key at all is refused at once."""

@@ -20,6 +20,7 @@ MAX_USER_ID = 200
 class Identity:
     user_id: str
     admin: bool = False
+    expires_at: int | None = None  # the token's `exp` (seconds since the epoch), when it has one
 
 
 def issue_token(
@@ -56,7 +57,12 @@ def decode_token(settings: Settings, token: str) -> Identity:
     # User ids are stored in 200-character columns; a longer subject cannot be a real user.
     if not isinstance(subject, str) or not subject or len(subject) > MAX_USER_ID:
         raise Unauthenticated("invalid token")
-    return Identity(user_id=subject, admin=bool(claims.get("adm", False)))
+    expires = claims.get("exp")
+    return Identity(
+        user_id=subject,
+        admin=bool(claims.get("adm", False)),
+        expires_at=int(expires) if isinstance(expires, (int, float)) else None,
+    )
 
 
 def admin_identity(settings: Settings, token: str) -> Identity:

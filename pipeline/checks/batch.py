@@ -342,8 +342,11 @@ def _check_integrity(svc: Services, model: ModelIntegrity, item: VersionItem) ->
     _merge_quality(svc.db, item, {"integrity": figures})
     reason = report.reason()
     if reason is not None:
+        # The submitter's words (pipeline.checks.disclosure); the figures stay in `quality`.
         transition(svc.db, item.contribution_id or "", (VALIDATING,), REJECTED, reason=reason)
-    return CheckOutcome(item.version, reason is None, reason or integrity_summary(figures), figures)
+    # The Dagster UI is the operators': its check says it with the figures.
+    summary = report.detail() or integrity_summary(figures)
+    return CheckOutcome(item.version, reason is None, summary, figures)
 
 
 def _integrity_error(item: VersionItem) -> CheckOutcome:

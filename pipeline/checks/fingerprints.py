@@ -205,6 +205,19 @@ class RowKeys:
     def keys(self, tier: int) -> np.ndarray:
         return _mix(self.raw[tier])
 
+    def with_target(self, own: np.ndarray, code: np.uint64) -> RowKeys:
+        """The same rows with the target cell's code `code` in place of `own` (per row).
+
+        The target is the last column, so its code is the raw sum's constant term: swapping it
+        is one subtraction and one addition (mod 2^64). Only for a target that is exact in every
+        tier (classification), where probing never moves the target.
+        """
+        return RowKeys(
+            [raw - own + code for raw in self.raw],  # uint64 arithmetic wraps, as the sum does
+            self.distance,
+            self.delta,
+        )
+
     def take(self, rows: np.ndarray) -> RowKeys:
         return RowKeys(
             [r[rows] for r in self.raw],
@@ -315,6 +328,19 @@ def frame_cells(scheme: Scheme, frame: pd.DataFrame) -> list[CanonicalColumn | N
             series = series.iloc[:, 0]
         cells.append(canonical_column(arrow_column(series)))
     return cells
+
+
+def target_codes(scheme: Scheme, frame: pd.DataFrame) -> np.ndarray:
+    """Each row's target code as `row_keys` adds it (a classification target: exact in every
+    tier); the missing code when the frame has no target column."""
+    column = frame_cells(scheme, frame)[-1]
+    if column is None:
+        return np.full(len(frame), _MISSING_CODE, dtype=_U64)
+    number = column.kind == NUMBER
+    other = None
+    if not bool(number.all()):
+        other = np.where(column.kind == TEXT, column.token, _MISSING_CODE)
+    return _exact_code(column, len(scheme.columns) - 1, number, other)
 
 
 def frame_keys(scheme: Scheme, frame: pd.DataFrame, *, probes: bool = True) -> RowKeys:

@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.checks.benchmark_fingerprints import (
@@ -41,12 +43,13 @@ from pipeline.checks.benchmark_fingerprints import (
     model_task,
     opened_fingerprints,
 )
+from pipeline.checks.disclosure import LEAKAGE_REASON
 from pipeline.checks.fingerprint_files import (
     FingerprintFormatError,
     Fingerprints,
     FingerprintSummary,
 )
-from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
+from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows, target_codes
 from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_mask
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.evaluation.batches import load_frame
@@ -57,8 +60,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Rows of a benchmark read for the label check's reference (a seeded sample).
+# Rows of a benchmark read for the label check's reference (a seeded sample), and for the
+# classes and chance rates of matching its rows whatever their label.
 LABEL_REFERENCE_ROWS = 2_000
+# Labels tried per row when matching whatever the label: the benchmark's most frequent classes.
+MAX_CLASSES = 50
 
 
 # --- leakage ---------------------------------------------------------------------------------
@@ -88,15 +94,70 @@ class Leakage:
         return self.copies > self.allowed
 
 
+@dataclass(frozen=True)
+class AnyLabel:
+    """Matching a classification benchmark's rows whatever their label.
+
+    A row of the benchmark sent with another label is still a row of the benchmark; were it
+    not counted, the verdict would tell a prober each leaked row's true label (send it with
+    each label in turn and see which one is refused). Matches under any of `labels` (the
+    benchmark's classes) count, and the chance rates are those of the benchmark's own rows
+    matching another of its rows under any label.
+    """
+
+    own: np.ndarray  # each query row's own target code
+    labels: np.ndarray  # target codes of the benchmark's classes
+    chance_rates: list[float]  # per tier
+
+
+def match_any_label(
+    keys: RowKeys, tier_keys: Sequence[np.ndarray], any_label: AnyLabel
+) -> list[np.ndarray]:
+    """Per tier, which query rows match a reference row with their own label or another."""
+    matched = match_rows(keys, tier_keys)
+    for label in any_label.labels:
+        relabelled = match_rows(keys.with_target(any_label.own, label), tier_keys)
+        matched = [a | b for a, b in zip(matched, relabelled, strict=True)]
+    return matched
+
+
+def any_label_chance_rates(
+    fingerprints: Fingerprints, sample: pd.DataFrame, labels: np.ndarray
+) -> list[float]:
+    """Per tier: the stored chance rate plus the share of a sample of the benchmark's own rows
+    that match a row of the benchmark under another label (an upper bound of their union)."""
+    stored = fingerprints.summary.chance_rates()
+    if sample.empty:
+        return stored
+    scheme = fingerprints.scheme
+    keys = frame_keys(scheme, sample)
+    own = target_codes(scheme, sample)
+    other = [np.zeros(len(sample), dtype=bool) for _ in stored]
+    for label in labels:
+        matched = match_rows(keys.with_target(own, label), fingerprints.tier_keys)
+        other = [o | (m & (own != label)) for o, m in zip(other, matched, strict=True)]
+    return [min(1.0, rate + float(o.mean())) for rate, o in zip(stored, other, strict=True)]
+
+
 def count_benchmark_copies(
-    keys: RowKeys, fingerprints: Fingerprints, *, tolerance: float, version: str
+    keys: RowKeys,
+    fingerprints: Fingerprints,
+    *,
+    tolerance: float,
+    version: str,
+    any_label: AnyLabel | None = None,
 ) -> Leakage:
     """Copies per tier; the verdict uses the tier whose copies most exceed its allowance."""
-    matched = match_rows(keys, fingerprints.tier_keys)
+    if any_label is None:
+        matched = match_rows(keys, fingerprints.tier_keys)
+        rates = fingerprints.summary.chance_rates()
+    else:
+        matched = match_any_label(keys, fingerprints.tier_keys, any_label)
+        rates = any_label.chance_rates
     rows = keys.rows
     best: Leakage | None = None
     per_tier = {}
-    for tier, hits in zip(fingerprints.summary.tiers, matched, strict=True):
+    for tier, hits, rate in zip(fingerprints.summary.tiers, matched, rates, strict=True):
         copies = int(hits.sum())
         per_tier[tier.name] = copies
         candidate = Leakage(
@@ -104,8 +165,8 @@ def count_benchmark_copies(
             version,
             tier.name,
             copies,
-            rows * tier.chance_rate,
-            allowance(rows, tier.chance_rate, tolerance),
+            rows * rate,
+            allowance(rows, rate, tolerance),
             int(matched[0].sum()),
         )
         if best is None or (candidate.copies - candidate.allowed) > (best.copies - best.allowed):
@@ -172,7 +233,17 @@ class IntegrityReport:
         return "passed"
 
     def reason(self) -> str | None:
-        """Why the contribution is rejected (None when it passed); never quotes values."""
+        """Why the contribution is rejected, as its submitter is told (None when it passed).
+
+        Benchmark leakage gets the same words whatever the figures (`disclosure`); `detail()`
+        has them for the model's owner and the operators.
+        """
+        if self.leaked:
+            return LEAKAGE_REASON
+        return self.detail()
+
+    def detail(self) -> str | None:
+        """Why the contribution is rejected, with the figures; never quotes values."""
         if self.leaked:
             assert self.leakage is not None
             leak = self.leakage
@@ -223,6 +294,7 @@ class IntegrityReport:
             ),
             "label_reference": labels.reference if labels else None,
             "label_check": self.label_check,
+            "detail": self.detail(),
         }
 
 
@@ -248,6 +320,8 @@ class ModelIntegrity:
         self._accepted_keys: AcceptedKeys | None = None
         self._accepted_frame: pd.DataFrame | None = None
         self._accepted_read = False
+        # Per benchmark version: its classes and any-label chance rates (`_any_label`).
+        self._classes: dict[str, tuple[np.ndarray, list[float]]] = {}
 
     def __enter__(self) -> ModelIntegrity:
         return self
@@ -281,6 +355,7 @@ class ModelIntegrity:
                 fingerprints,
                 tolerance=settings.integrity_copy_tolerance,
                 version=ref.version,
+                any_label=self._any_label(ref, fingerprints, frame),
             )
             if latest is None:
                 latest, latest_keys = fingerprints.summary, keys
@@ -303,6 +378,25 @@ class ModelIntegrity:
         return IntegrityReport(
             rows, worst, known, labels, rule, settings.integrity_min_novel_share, note
         )
+
+    def _any_label(
+        self, ref: BenchmarkRef, fingerprints: Fingerprints, frame: pd.DataFrame
+    ) -> AnyLabel | None:
+        """For a classification benchmark, what matching rows whatever their label needs: its
+        classes and chance rates, from a seeded sample of its rows (read once per batch)."""
+        scheme = fingerprints.scheme
+        if not scheme.classification:
+            return None
+        if ref.version not in self._classes:
+            sample = benchmark_sample(self.svc, ref, scheme.columns, LABEL_REFERENCE_ROWS)
+            codes, counts = np.unique(target_codes(scheme, sample), return_counts=True)
+            labels = codes[np.argsort(-counts, kind="stable")][:MAX_CLASSES]
+            self._classes[ref.version] = (
+                labels,
+                any_label_chance_rates(fingerprints, sample, labels),
+            )
+        labels, rates = self._classes[ref.version]
+        return AnyLabel(target_codes(scheme, frame), labels, rates)
 
     def _labels(
         self, novel: pd.DataFrame, scheme: Scheme, job_id: str | None

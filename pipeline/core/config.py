@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # Integrity of contributions (docs/integrity.md).
     integrity_copy_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
     integrity_min_novel_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    # Contributions of one supplier to one model found to contain benchmark rows in 24 hours
+    # before the supplier must wait (429): bounds what probing the benchmark can learn.
+    integrity_leak_verdicts_per_day: int = Field(default=3, ge=1, le=10_000)
     label_disagreement_margin: float = Field(default=0.10, gt=0.0, le=1.0)
 
     # Service wiring.

@@ -28,14 +28,25 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            hide_parameters=True,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # A server that stops answering must fail a request in seconds (503), not hang it: libpq
     # waits forever by default. A connect_timeout in the URL wins.
     connect_args = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": 5}
     return create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args=connect_args,
+        # An error's message (logged with a 500's traceback) carries the statement; its
+        # parameters are request values, which may be secrets or megabytes: never logged.
+        hide_parameters=True,
     )
 
 

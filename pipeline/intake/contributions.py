@@ -12,6 +12,7 @@ import pyarrow as pa
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from pipeline.checks.disclosure import submitter_quality
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict, InvalidInput, NotFound, RowValidationFailed
@@ -349,7 +350,8 @@ def contribution_view(job: Contribution, wait: QueueWait | None = None) -> dict[
             "benchmarkSpecId": job.benchmark_spec_id,
             "schemaVersion": job.schema_version,
             "templateId": job.template_id,
-            "quality": job.quality,
+            # The integrity figures as the submitter may see them (pipeline.checks.disclosure).
+            "quality": submitter_quality(job.quality),
             "improvementPct": job.improvement_pct,
             "tokens": job.tokens,
             "valuation": valuation_view(job.quality),

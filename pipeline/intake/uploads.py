@@ -28,12 +28,13 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import BENCHMARK_VERSION, BenchmarkSpec, DatasetVersion
+from pipeline.core.text import has_control_characters
 from pipeline.evaluation.metrics import validate_metric
 from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
 from pipeline.intake.versions import VersionDraft, VersionRecord, new_dataset_version
 from pipeline.models.registry import get_model
-from pipeline.store.objectstore import ObjectStore, StoredObject
+from pipeline.store.objectstore import ObjectStore, StoredObject, public_uri
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ FORM_FIELDS = (
 )
 FIELD_MAX_CHARS = {"eval_split": 100, "metric_name": 50, "metric_direction": 20}
 COLUMN_NAME_MAX_CHARS = 200
+INPUT_COLUMNS_MAX_CHARS = 16_384
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
@@ -100,7 +102,14 @@ def parse_form(fields: Mapping[str, str], task_type: str | None = None) -> Bench
         if len(text) > limit:
             raise InvalidInput(f"{name} is longer than {limit} characters")
         values[name] = text or getattr(defaults, name)
-    inputs = split_columns(fields.get("input_columns", ""))
+    raw_inputs = fields.get("input_columns", "")
+    if len(raw_inputs) > INPUT_COLUMNS_MAX_CHARS:
+        raise InvalidInput(f"input_columns is longer than {INPUT_COLUMNS_MAX_CHARS} characters")
+    for name in FORM_FIELDS:
+        # NUL breaks PostgreSQL text; the others break logs and column matching.
+        if has_control_characters(fields.get(name, "")):
+            raise InvalidInput(f"{name} must not contain control characters")
+    inputs = split_columns(raw_inputs)
     too_long = [name for name in inputs if len(name) > COLUMN_NAME_MAX_CHARS]
     if too_long:
         raise InvalidInput(f"input_columns: a name is longer than {COLUMN_NAME_MAX_CHARS} chars")
@@ -359,7 +368,7 @@ def accept_benchmark_upload(
         ", ".join(watch.laps),
     )
     return BenchmarkUpload(
-        uri=stored.uri,
+        uri=public_uri(stored.uri, stored.key),
         sha256=stored.sha256,
         spec_id=spec.id,
         filename=name,

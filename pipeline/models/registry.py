@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.auth.orgs import Role
@@ -158,6 +158,16 @@ def acts_for_owner(session: Session, model: Model, user_id: str, key_org_id: str
         member = session.get(OrgMember, {"org_id": model.owner_org_id, "user_id": user_id})
         return member is not None and member.role in OWNER_ROLES
     return False
+
+
+def owned_models_clause(user_id: str, key_org_id: str | None) -> ColumnElement[bool]:
+    """`acts_for_owner` as a condition on `Model`: the models a key acts for the owner of."""
+    admin_of = select(OrgMember.org_id).where(
+        OrgMember.user_id == user_id, OrgMember.role.in_(OWNER_ROLES)
+    )
+    if key_org_id is not None:
+        return Model.owner_org_id.in_(admin_of.where(OrgMember.org_id == key_org_id))
+    return or_(Model.owner_user_id == user_id, Model.owner_org_id.in_(admin_of))
 
 
 def require_model_owner(db: Database, model_id: int, user_id: str, key_org_id: str | None) -> None:

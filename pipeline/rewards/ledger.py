@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import aliased
 
+from pipeline.checks.disclosure import submitter_integrity
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, NotFound
 from pipeline.core.tables import (
@@ -76,7 +77,8 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 "metricName": evaluation.metric_name,
                 "improvementPct": evaluation.improvement_pct,
                 **valuation_fields(evaluation),
-                "integrity": (quality or {}).get("integrity"),
+                # Public by wallet: the submitter's coarse view (pipeline.checks.disclosure).
+                "integrity": submitter_integrity((quality or {}).get("integrity")),
                 "createdAt": isoformat_utc(entry.created_at),
             }
             for entry, evaluation, version, quality in rows

@@ -25,11 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from pipeline.core.errors import InvalidInput
-from pipeline.core.text import END
+from pipeline.core.text import END, MULTILINE_TEXT, NO_CONTROL_CHARACTERS, printable
 from pipeline.rewards.formula import WALLET_SCHEMA, validate_wallet
 from pipeline.store.objectstore import ObjectStore, dataset_key
 
@@ -86,6 +93,10 @@ LICENSE_SCHEMA: dict[str, Any] = {
 }
 
 
+WALLET_CHARS = 42  # 0x + 40 hex digits
+LICENSE_MAX_CHARS = 200
+
+
 def _schema(by: dict[str, Any]) -> Any:
     """A `json_schema_extra` that states a field's rule in place of pydantic's plain type."""
 
@@ -106,13 +117,18 @@ def _checked_wallet(address: str) -> str:
 # --- the content ---------------------------------------------------------------------------
 
 
+_WALLET_FIELD = _schema({**WALLET_SCHEMA, "maxLength": WALLET_CHARS})
+
+
 class ContributorShare(BaseModel):
     """One contributor of a multi-contributor dataset and their share of its rewards."""
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str = Field(min_length=1, max_length=200)
-    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
+    id: str = Field(
+        min_length=1, max_length=200, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
+    wallet_address: str = Field(max_length=WALLET_CHARS, json_schema_extra=_WALLET_FIELD)
     # Strict: a boolean or a numeric string is a mistake in the file, not a weight.
     weight: float = Field(gt=0, le=1, strict=True, allow_inf_nan=False)
 
@@ -120,6 +136,11 @@ class ContributorShare(BaseModel):
     @classmethod
     def _valid_wallet(cls, value: str) -> str:
         return _checked_wallet(value)
+
+    @field_validator("id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        return printable(value, "id")
 
 
 def _at_least_one(schema: dict[str, Any]) -> None:
@@ -135,11 +156,21 @@ class ContributorManifest(BaseModel):
     # Client tooling may add its own fields; they are kept in the stored JSON, ignored here.
     model_config = ConfigDict(extra="ignore")
 
-    contributor_id: str = Field(min_length=1, max_length=200)
-    wallet_address: str = Field(json_schema_extra=_schema(WALLET_SCHEMA))
-    data_description: str = Field(min_length=1, max_length=10_000)
-    data_source: str = Field(min_length=1, max_length=2_000)
-    license: str = Field(json_schema_extra=_schema(LICENSE_SCHEMA))
+    # Text fields refuse control characters (descriptions may hold tabs and line breaks).
+    contributor_id: str = Field(
+        min_length=1, max_length=200, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    )
+    wallet_address: str = Field(max_length=WALLET_CHARS, json_schema_extra=_WALLET_FIELD)
+    data_description: str = Field(
+        min_length=1, max_length=10_000, json_schema_extra={"pattern": MULTILINE_TEXT}
+    )
+    data_source: str = Field(
+        min_length=1, max_length=2_000, json_schema_extra={"pattern": MULTILINE_TEXT}
+    )
+    license: str = Field(
+        max_length=LICENSE_MAX_CHARS,
+        json_schema_extra=_schema({**LICENSE_SCHEMA, "maxLength": LICENSE_MAX_CHARS}),
+    )
     # Weights must also sum to 1 and ids be distinct, which JSON Schema cannot state.
     contributors: list[ContributorShare] | None = Field(
         default=None,
@@ -151,6 +182,16 @@ class ContributorManifest(BaseModel):
     @classmethod
     def _valid_wallet(cls, value: str) -> str:
         return _checked_wallet(value)
+
+    @field_validator("contributor_id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        return printable(value, "contributor_id")
+
+    @field_validator("data_description", "data_source")
+    @classmethod
+    def _printable_text(cls, value: str, info: ValidationInfo) -> str:
+        return printable(value, str(info.field_name), multiline=True)
 
     @field_validator("license")
     @classmethod

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pipeline.checks.disclosure import submitter_integrity
 from pipeline.evaluation.metrics import (
     Predictions,
     improvement_denominator,
@@ -482,5 +483,5 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "valuedRows": valuation.get("valued_rows"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
-        "integrity": quality.get("integrity"),
+        "integrity": submitter_integrity(quality.get("integrity")),
     }

@@ -33,6 +33,12 @@ def dataset_key(model_id: int, version: str, filename: str) -> str:
     return f"datasets/{model_id}/{version}/{filename}"
 
 
+def public_uri(uri: str, key: str) -> str:
+    """A stored object's URI as API answers show it: an `s3://` URI as it is; otherwise (the
+    local store's `file://` URI, which names the server's folders) the object key."""
+    return uri if uri.startswith("s3://") else key
+
+
 @dataclass(frozen=True)
 class StoredObject:
     key: str

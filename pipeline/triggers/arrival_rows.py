@@ -1,4 +1,9 @@
-"""Recorded arrivals as rows: the pending ones, the run a released batch fed, the API listing."""
+"""Recorded arrivals as rows: the pending ones, the run a released batch fed, the API listing.
+
+The listing shows a key only the arrivals of models it acts for the owner of (the rule of
+docs/ownership.md; the operator's own keys see every model), and never a server path: the
+local store's `file://` URIs are shown as object keys.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from pipeline.core.tables import DatasetArrival, isoformat_utc
+from pipeline.core.tables import DatasetArrival, Model, isoformat_utc
+from pipeline.models.registry import owned_models_clause
+from pipeline.store.objectstore import public_uri
 
 
 @dataclass(frozen=True)
@@ -44,13 +51,27 @@ def mark_run_key(session: Session, model_id: int, versions: list[str], run_key: 
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def list_arrivals(session: Session, model_id: int | None, limit: int) -> list[DatasetArrival]:
-    """Newest first (received_at, then id for a stable order)."""
+def list_arrivals(
+    session: Session, model_id: int | None, limit: int, *, reader: ArrivalReader | None = None
+) -> list[DatasetArrival]:
+    """Newest first (received_at, then id for a stable order); only `reader`'s models if given."""
     query = select(DatasetArrival)
     if model_id is not None:
         query = query.where(DatasetArrival.model_id == model_id)
+    if reader is not None and not reader.operator:
+        owned = select(Model.id).where(owned_models_clause(reader.user_id, reader.key_org_id))
+        query = query.where(DatasetArrival.model_id.in_(owned))
     query = query.order_by(DatasetArrival.received_at.desc(), DatasetArrival.id.desc())
     return list(session.scalars(query.limit(limit)))
+
+
+@dataclass(frozen=True)
+class ArrivalReader:
+    """Who lists arrivals: a key's user and organization; the operator reads every model's."""
+
+    user_id: str
+    key_org_id: str | None
+    operator: bool = False
 
 
 def arrival_view(row: DatasetArrival) -> dict[str, Any]:
@@ -59,7 +80,7 @@ def arrival_view(row: DatasetArrival) -> dict[str, Any]:
         "model_id": str(row.model_id),
         "version": row.version,
         "object_key": row.object_key,
-        "uri": row.uri,
+        "uri": public_uri(row.uri, row.object_key),
         "size_bytes": row.size_bytes,
         "sha256": row.sha256,
         "source": row.source,

@@ -9,9 +9,12 @@ CI=true, where they fail. Every request of the page must stay on the server's ow
 
 from __future__ import annotations
 
+import html
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -444,3 +447,82 @@ def test_a_queued_job_shows_what_it_waits_for_and_is_followed_until_the_session_
         "document.querySelector('li.job .job-detail').textContent.includes('HTTP 401')"
     )
     assert "sign in again" in item.locator(".job-detail").inner_text()
+
+
+# --- CSRF (issue 21 row 4) -------------------------------------------------------------------
+
+
+@pytest.fixture
+def attacker_site(live: str) -> Iterator[str]:
+    """A page on another port of the same host (same site, other origin) whose no-JS form
+    posts a contribution to the service as `text/plain`, in the victim's browser."""
+    rows = json.dumps(churn_rows(120, seed=3))
+    # text/plain forms send `name=value`: the name opens a JSON body, the value closes it.
+    name = f'{{"modelId": 1, "benchmarkSpecId": null, "rows": {rows}, "pad": "'
+    page = (
+        "<!doctype html><title>win a prize</title>"
+        f'<form id="f" method="POST" enctype="text/plain" '
+        f'action="{live}/api/models/1/contributions">'
+        f'<input type="hidden" name="{html.escape(name)}" value="&quot;}}">'
+        '<button id="go" type="submit">claim</button></form>'
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_form_on_another_origin_cannot_contribute_with_the_session_cookie(
+    browser: Any,
+    live: str,
+    attacker_site: str,
+    session_token: Callable[..., str],
+    db: Database,
+) -> None:
+    context = browser.new_context(base_url=live)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        page.goto("/models/1/contribute")
+        _ready(page)
+        _sign_in(page, session_token("alice"))
+        # The server set the cookie HttpOnly: the page's scripts cannot read it.
+        assert "access_token" not in page.evaluate("document.cookie")
+        [cookie] = context.cookies()
+        assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+
+        answers: list[int] = []
+        page.on(
+            "response",
+            lambda r: answers.append(r.status) if r.url.endswith("/contributions") else None,
+        )
+        page.goto(attacker_site)
+        page.click("#go")
+        page.wait_for_url(f"{live}/api/models/1/contributions")
+        assert answers == [403]
+        assert "another origin" in page.inner_text("body")
+        assert _jobs(db) == []
+
+        # The service's own form, in the same browser, still submits.
+        page.goto(f"{live}/models/1/contribute")
+        _ready(page)
+        page.fill("#csv-text", _csv(churn_rows(120, seed=8)))
+        page.click("#submit")
+        page.locator("li.job[data-status=queued]").wait_for(state="visible")
+        assert [job.submitter_id for job in _jobs(db)] == ["alice"]
+    finally:
+        context.close()

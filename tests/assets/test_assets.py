@@ -232,7 +232,9 @@ def test_benchmark_copy_is_rejected_and_its_integrity_check_blocks_evaluation(
     assert metadata(result, "integrity_report")["benchmark_copies"] == 200
     for blocked in ("evaluation", "rewards"):
         assert f"1__{version}" not in materialized(instance, blocked)
-    assert (job(db, job_id).reason or "").startswith("benchmark leakage: 200 of 200 rows")
+    assert (job(db, job_id).quality or {})["integrity"]["detail"].startswith(
+        "benchmark leakage: 200 of 200 rows"
+    )
     assert ledger_count(db) == 0
 
 

@@ -430,3 +430,50 @@ def test_cli_remove_member_revokes_their_keys(cli, capsys, client, as_user) -> N
     assert "1 of their keys revoked" in capsys.readouterr().out
     assert whoami(client, key["api_key"]).status_code == 401
     assert cli(["orgs", "remove-member", "initech", "peter"]) == 1  # the last Owner stays
+
+
+# --- the plan and limits of an org key are the organization's (spec §4.7; issue 21 row 11) -----
+
+PLAN_AND_LIMITS = {
+    "billing_plan": "enterprise",
+    "rate_limit_per_hour": 100_000,
+    "monthly_prediction_limit": None,
+}
+
+
+@pytest.mark.parametrize("field", list(PLAN_AND_LIMITS))
+def test_a_developer_may_not_set_the_plan_or_limits_of_an_org_key(
+    client: TestClient, orgs, as_user, field: str
+) -> None:
+    body = {"name": "k", "service_id": "prediction", field: PLAN_AND_LIMITS[field]}
+    response = client.post(keys_url(orgs["acme"]), json=body, headers=as_user("dora"))
+    assert response.status_code == 403
+    assert field in response.json()["detail"]
+    listed = client.get(keys_url(orgs["acme"]), headers=as_user("olivia")).json()
+    assert listed == []
+
+
+def test_a_developers_org_key_gets_the_default_plan_and_limits(
+    client: TestClient, orgs, as_user
+) -> None:
+    body = {"name": "k", "service_id": "platform", "scopes": ["arrivals:read"]}
+    info = make_key(client, as_user("dora"), orgs["acme"], **body, environment="test")["key_info"]
+    assert info["billing_plan"] == "free"
+    assert info["rate_limit_per_hour"] == 1000
+    assert info["monthly_prediction_limit"] is None
+    # Fields that only narrow a key stay open to Developers.
+    narrowed = make_key(
+        client, as_user("dora"), orgs["acme"], expires_in_days=7, allowed_ips=["10.0.0.0/8"]
+    )["key_info"]
+    assert narrowed["expires_at"] is not None
+
+
+@pytest.mark.parametrize("user", ["olivia", "adam"])
+def test_owners_and_admins_set_the_plan_and_limits_of_an_org_key(
+    client: TestClient, orgs, as_user, user: str
+) -> None:
+    body = {**PLAN_AND_LIMITS, "monthly_prediction_limit": 5_000}
+    info = make_key(client, as_user(user), orgs["acme"], **body)["key_info"]
+    assert info["billing_plan"] == "enterprise"
+    assert info["rate_limit_per_hour"] == 100_000
+    assert info["monthly_prediction_limit"] == 5_000

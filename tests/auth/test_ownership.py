@@ -530,12 +530,16 @@ def test_no_endpoint_serves_a_benchmarks_rows(
             answered += response.status_code == 200
     assert answered >= 12
 
-    # The job view names its evaluation figures, never benchmark rows; the arrival list names
-    # the benchmark's object, whose URI points into the private store (no route serves it).
+    # The job view names its evaluation figures, never benchmark rows; the arrival list shows a
+    # contributor nothing of a model it does not own, and shows the owner the benchmark's object,
+    # whose URI points into the private store (no route serves it).
     job = client.get(f"/api/models/1/contributions/{job_id}", headers=auth_headers("alice"))
     assert job.status_code == 200 and job.json()["status"] in {"rewarded", "rejected"}
     arrivals = client.get("/api/v1/dataset-arrivals", headers=contributor_key).json()["arrivals"]
+    assert arrivals == []
+    arrivals = client.get("/api/v1/dataset-arrivals", headers=key_for(ADMIN)).json()["arrivals"]
     bench_uri = next(a["uri"] for a in arrivals if a["object_key"].endswith("churn.csv"))
-    for path in (urlsplit(bench_uri).path, "/" + bench_uri.split("/datasets/", 1)[1]):
+    assert bench_uri.startswith("datasets/1/")  # the object key: no server path
+    for path in ("/" + bench_uri, "/" + bench_uri.split("datasets/", 1)[1]):
         response = client.get(path, headers=contributor)
         assert response.status_code == 404 and SECRET_NOTE.format(0) not in response.text

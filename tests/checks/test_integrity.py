@@ -28,6 +28,7 @@ from pipeline.checks.benchmark_fingerprints import (
     benchmark_summary,
     model_benchmarks,
 )
+from pipeline.checks.disclosure import LEAKAGE_REASON
 from pipeline.checks.integrity import count_benchmark_copies
 from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_accepted_fingerprints
 from pipeline.checks.labels import check_labels
@@ -385,7 +386,9 @@ def test_benchmark_copies_are_rejected_with_the_count_and_never_trained_on(
         assert row.status == REJECTED
         assert row.improvement_pct is None  # never evaluated
         assert figures["verdict"] == "benchmark leakage"
-        assert (row.reason or "").startswith(
+        # The submitter is told the same whatever the count; the figures stay with the owner.
+        assert row.reason == LEAKAGE_REASON
+        assert figures["detail"].startswith(
             f"benchmark leakage: {figures['benchmark_copies']} of 150 rows copy or nearly copy "
             "rows of the model's benchmark v1"
         )

@@ -135,7 +135,7 @@ def test_upload_contribution_arrival_evaluation_reward(
     assert [e["kind"] for e in history] == ["contribution", "rescore"]
     assert all(e["trigger"] == "arrival" and e["runId"] for e in history)
     arrivals = client.get(
-        "/api/v1/dataset-arrivals", headers={"Authorization": f"Bearer {platform_key()}"}
+        "/api/v1/dataset-arrivals", headers={"Authorization": f"Bearer {platform_key('admin')}"}
     ).json()["arrivals"]
     assert len(arrivals) == 2 and len({a["run_key"] for a in arrivals}) == 1
     print(f"end to end through dagster-daemon: {elapsed:.1f} s")

@@ -225,7 +225,7 @@ def test_sigkill_halfway_through_a_200mb_upload_leaves_nothing_after_restart(
         timeout=60,
     )
     assert response.status_code == 201, response.text
-    assert "/datasets/1/v1/" in response.json()["s3_uri"]
+    assert response.json()["s3_uri"].startswith("datasets/1/v1/")
 
 
 def test_app_start_removes_abandoned_upload_dirs_and_object_temp_files(

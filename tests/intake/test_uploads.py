@@ -156,8 +156,9 @@ def test_accepted_upload_answers_201_with_the_stored_object(
     assert body["sha256_hash"] == hashlib.sha256(data).hexdigest()
     assert body["file_size_bytes"] == len(data)
     assert body["filename"] == name_for(file_format)
-    assert body["s3_uri"].startswith("file://")
-    assert body["s3_uri"].endswith(f"/datasets/1/v1/{name_for(file_format)}")
+    # The local store has no bucket: the object key, never the server's folders (issue 21).
+    assert body["s3_uri"] == f"datasets/1/v1/{name_for(file_format)}"
+    assert str(settings.objects_dir) not in response.text
     uuid.UUID(body["spec_id"])
     stored = settings.objects_dir / "datasets" / "1" / "v1" / name_for(file_format)
     assert stored.read_bytes() == data
@@ -193,8 +194,8 @@ def test_each_upload_is_the_next_version(client, key_headers, db) -> None:
     first = upload(client, key_headers, csv_bytes())
     second = upload(client, key_headers, parquet_bytes(), "bench.parquet")
     assert first.status_code == second.status_code == 201
-    assert "/datasets/1/v1/" in first.json()["s3_uri"]
-    assert "/datasets/1/v2/" in second.json()["s3_uri"]
+    assert first.json()["s3_uri"].startswith("datasets/1/v1/")
+    assert second.json()["s3_uri"].startswith("datasets/1/v2/")
     assert first.json()["spec_id"] != second.json()["spec_id"]
     assert counts(db) == (2, 2, 2)
 
@@ -217,7 +218,7 @@ def test_format_is_decided_by_content_and_the_name_is_sanitised(client, key_head
     response = upload(client, key_headers, parquet_bytes(), "../../etc/my data")
     assert response.status_code == 201, response.text
     assert response.json()["filename"] == "my_data.parquet"
-    assert response.json()["s3_uri"].endswith("/datasets/1/v1/my_data.parquet")
+    assert response.json()["s3_uri"] == "datasets/1/v1/my_data.parquet"
 
 
 def test_csv_with_bom_quoted_newlines_and_many_blocks_is_accepted(client, key_headers) -> None:

@@ -147,3 +147,70 @@ def test_cli_token_prints_a_usable_token(settings, monkeypatch, capsys, client) 
         headers={"Authorization": f"Bearer {token}"},
     )
     assert response.status_code == 404  # authenticated, the job just does not exist
+
+
+def _hostile_definition() -> dict[str, object]:
+    """An operator's model file whose example row holds spreadsheet formulas (issue 21 row 9)."""
+    definition = demo_definition().model_dump()
+    definition["name"] = "formula-model"
+    properties = definition["data_spec"]["properties"]
+    for name in ("=note", "remark", "+sign", "@at", "tabbed", "meta"):
+        properties[name] = {"type": ["string", "object", "null"]}
+    definition["example_row"].update(
+        {
+            "=note": "=cmd|' /C calc'!A0",
+            "remark": "-2+3",
+            "+sign": "+1",
+            "@at": "@SUM(A1)",
+            "tabbed": "\t=1+1",
+            "meta": {"a": 1},
+        }
+    )
+    definition["example_row"]["monthly_charges"] = -0.0  # a number stays a number
+    return definition
+
+
+def test_example_csv_escapes_cells_a_spreadsheet_would_run(client, db) -> None:
+    from pipeline.models.registry import parse_definition, register_model
+
+    with db.session() as session:
+        model_id = register_model(session, parse_definition(_hostile_definition())).id
+    response = client.get(f"/api/models/{model_id}/data-spec/example", params={"format": "csv"})
+    assert response.status_code == 200
+    header, values = list(csv.reader(io.StringIO(response.text)))
+    cells = dict(zip(header, values, strict=True))
+    assert {"'=note", "'+sign", "'@at"} <= set(header)
+    assert cells["'=note"] == "'=cmd|' /C calc'!A0"
+    assert cells["remark"] == "'-2+3"
+    assert cells["'+sign"] == "'+1"
+    assert cells["'@at"] == "'@SUM(A1)"
+    assert cells["tabbed"] == "'\t=1+1"
+    assert cells["meta"] == '{"a": 1}'
+    assert cells["monthly_charges"] == "-0.0"
+    assert cells["contract"] == "month-to-month"
+    # The JSON example is data, not a spreadsheet: unchanged.
+    example = client.get(f"/api/models/{model_id}/data-spec/example").json()
+    assert example["=note"] == "=cmd|' /C calc'!A0"
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@x", "'@x"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("plain", "plain"),
+        (-1.5, "-1.5"),
+        (-3, "-3"),
+        (True, "true"),
+        (None, ""),
+        (["=x"], '["=x"]'),
+    ],
+)
+def test_csv_cells_neutralise_formula_starts(value: object, cell: str) -> None:
+    from pipeline.core.csv_cells import csv_cell
+
+    assert csv_cell(value) == cell

@@ -284,7 +284,8 @@ def test_run_key_names_the_batch() -> None:
 def test_list_arrivals_newest_first_with_filter_and_limit(
     client: Any, db: Database, store: LocalObjectStore, platform_key: Callable[..., str]
 ) -> None:
-    headers = {"Authorization": f"Bearer {platform_key('alice')}"}
+    # The demo model's owner, the admin user.
+    headers = {"Authorization": f"Bearer {platform_key('admin')}"}
     model = demo_model_id(db)
     versions = [add_version(db, model) for _ in range(3)]
     for i, version in enumerate(versions):
@@ -302,7 +303,7 @@ def test_list_arrivals_newest_first_with_filter_and_limit(
         "model_id": str(model),
         "version": versions[0],
         "object_key": dataset_key(model, versions[0], "data.csv"),
-        "uri": oldest["uri"],
+        "uri": dataset_key(model, versions[0], "data.csv"),  # no server path
         "size_bytes": 10,
         "sha256": "0" * 64,
         "source": "local",
@@ -316,6 +317,73 @@ def test_list_arrivals_newest_first_with_filter_and_limit(
     assert len(filtered.json()["arrivals"]) == 3
     other = client.get(f"/api/v1/dataset-arrivals?model_id={model + 1}", headers=headers)
     assert other.json() == {"arrivals": []}
+
+
+def test_a_key_lists_only_the_arrivals_of_models_it_owns(
+    client: Any,
+    db: Database,
+    store: LocalObjectStore,
+    platform_key: Callable[..., str],
+    auth_headers: Callable[..., dict[str, str]],
+) -> None:
+    """Issue 21 row 8: any user's key listed every model's arrivals and server paths."""
+    from pipeline.auth.orgs import Role, create_org, set_member
+    from pipeline.models.registry import (
+        ModelOwner,
+        demo_definition,
+        get_model,
+        register_model,
+        set_model_owner,
+    )
+
+    demo = demo_model_id(db)  # owned by the admin user, the operator
+    with db.session() as session:
+        acme = create_org(session, "acme", "olivia")
+        set_member(session, acme, "dora", Role.DEVELOPER)
+        definition = demo_definition().model_copy(update={"name": "alice-model"})
+        alices = register_model(session, definition, ModelOwner(user_id="alice")).id
+        definition = demo_definition().model_copy(update={"name": "acme-model"})
+        acmes = register_model(session, definition, ModelOwner(org_id=acme.id)).id
+        acme_id = acme.id
+    for model in (demo, alices, acmes):
+        version = add_version(db, model)
+        record(db, store, dataset_key(model, version, "data.csv"), T0)
+
+    def listed(key: str, query: str = "") -> set[int]:
+        response = client.get(
+            f"/api/v1/dataset-arrivals{query}", headers={"Authorization": f"Bearer {key}"}
+        )
+        assert response.status_code == 200
+        arrivals = response.json()["arrivals"]
+        for arrival in arrivals:
+            assert arrival["uri"] == arrival["object_key"]
+            assert "file:" not in json.dumps(arrival)
+            assert str(store.root) not in json.dumps(arrival)
+        return {int(a["model_id"]) for a in arrivals}
+
+    assert listed(platform_key("alice")) == {alices}
+    assert listed(platform_key("alice"), f"?model_id={demo}") == set()
+    assert listed(platform_key("zed")) == set()
+    assert listed(platform_key("olivia")) == {acmes}
+    # Organization keys: an Owner's acts for the organization; a Developer's does not own.
+    olivia = client.post(
+        f"/api/v1/organizations/{acme_id}/api-keys",
+        json={"name": "k", "service_id": "platform"},
+        headers=auth_headers("olivia"),
+    ).json()["api_key"]
+    assert listed(olivia) == {acmes}
+    dora = client.post(
+        f"/api/v1/organizations/{acme_id}/api-keys",
+        json={"name": "k", "service_id": "platform"},
+        headers=auth_headers("dora"),
+    ).json()["api_key"]
+    assert listed(dora) == set()
+    # The operator's own key sees every model's arrivals.
+    assert listed(platform_key("admin")) == {demo, alices, acmes}
+    # Ownership is read at each request: giving the model away hides its arrivals.
+    with db.session() as session:
+        set_model_owner(get_model(session, alices), ModelOwner(user_id="bob"))
+    assert listed(platform_key("alice")) == set()
 
 
 @pytest.mark.parametrize(
