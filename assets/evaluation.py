@@ -1,9 +1,12 @@
 """Evaluation and reward assets: score the model with and without each contribution, then pay.
 
-Both run only when the blocking checks of `assets/datasets.py` let them; both are idempotent
-per contribution (a job is evaluated once, an evaluation is paid once). Each version's figures go
-on its own partition (`assets.reporting`); the `improves_model` check fails the partition of a
-contribution rejected by its evaluation, with the reason.
+One step (`evaluation_and_rewards`) materializes both assets, each optional and selectable
+alone: the run pays what it must even when its own version has no evaluation to show (a version
+never evaluated has no `evaluation` partition: it is not green). Both run only when the blocking
+checks of `assets/datasets.py` let them; both are idempotent per contribution (a job is
+evaluated once, an evaluation is paid once, and only while the run holds the model's claim).
+Each version's figures go on its own partition (`assets.reporting`); the `improves_model` check
+fails the partition of a contribution rejected by its evaluation, with the reason.
 
 Statuses shown are final: an evaluation says `accepted` (improved: the rewards asset pays it
 next) or `rejected`, never the job's passing `evaluating`; rewards say the job's status after

@@ -380,8 +380,8 @@ def test_a_rejected_version_shows_the_check_that_rejected_it(dagster: Dagster) -
     keys = [partition_key(model, v) for v in (bench, bad)]
     dagster.add_partitions(keys)
 
-    rejected_in = dagster.materialize(keys[1])
-    assert dagster.wait(rejected_in)["status"] == "FAILURE"  # the blocking check stopped it
+    rejected_in = dagster.materialize(keys[1])  # the benchmark goes on: the run succeeds
+    assert dagster.wait(rejected_in)["status"] == "SUCCESS", dagster.log_tail()
     reason = job(db, bad_id).reason or ""
     assert reason.startswith("quality checks failed")
 
