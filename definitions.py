@@ -23,4 +23,7 @@ def defs() -> dg.Definitions:
         jobs=JOBS,
         sensors=make_sensors(load_settings()),
         resources={**RESOURCES, **SENSOR_RESOURCES},
+        # Also the executor of the implicit asset job the UI's "Materialize" launches: the steps
+        # of a run share one process and hand values over in memory (assets/run_values.py).
+        executor=dg.in_process_executor,
     )

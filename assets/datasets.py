@@ -13,16 +13,15 @@ already out of the batch.
 """
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dagster as dg
 
-from assets.partitions import TAG_TRIGGER, dataset_versions, parse_partition_key
+from assets.partitions import dataset_versions, parse_partition_key
 from assets.reporting import (
     VersionResult,
     metadata_values,
-    own_facts,
     report_check,
     report_materializations,
 )
@@ -39,8 +38,9 @@ from pipeline.checks.batch import (
     verdict,
 )
 from pipeline.core.db import Database
+from pipeline.evaluation import standing as stages
 from pipeline.evaluation.batches import Batch, StepResult
-from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.standing import version_standing
 from pipeline.intake.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
 
 GROUP = "dataset_versions"
@@ -62,11 +62,68 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> dg.
 
 
 def standing(db: Database, batch: Batch) -> dict[str, Any]:
-    """Where the run's own version stands, for an asset that did not handle it in this run."""
-    facts = own_facts(db, batch)
-    if facts is None:
-        return {}
-    return metadata_values({"kind": facts.kind, "status": facts.status, "reason": facts.reason})
+    """Where the run's own version stands, for an asset that did not handle it in this run:
+    `nothing_to_do` says so, e.g. `v3 was valued in run 1f2e… (rewarded, 9.58 tokens)`."""
+    found = version_standing(db, batch.model_id, batch.version)
+    if found is None:
+        return {"nothing_to_do": f"no stored version {batch.version}"}
+    facts = found.facts
+    return metadata_values(
+        {
+            "kind": facts.kind,
+            "status": facts.status,
+            "reason": facts.reason,
+            "nothing_to_do": found.summary(),
+            "decided_in_run": found.decided_in_run,
+        }
+    )
+
+
+CheckFn = Callable[
+    [dg.AssetCheckExecutionContext, StepResult, MarketplaceResource], dg.AssetCheckResult | None
+]
+
+
+def version_check(
+    *, asset: dg.AssetsDefinition, name: str, description: str, blocking: bool = True
+) -> Callable[[CheckFn], dg.AssetChecksDefinition]:
+    """A partitioned check of `asset` that may give no result for its partition.
+
+    An `@asset_check` must return a result; this check yields none when it did not judge the
+    run's own version (`assets.reporting.report_check`), so Dagster shows it as not run there
+    rather than passed or failed. Its input is the asset's value in this run, else (the asset
+    was not materialized in this run) the run's batch from the database, with no outcomes.
+    """
+
+    def wrap(judge_fn: CheckFn) -> dg.AssetChecksDefinition:
+        spec = dg.AssetCheckSpec(
+            name,
+            asset=asset,
+            blocking=blocking,
+            partitions_def=dataset_versions,
+            description=description,
+        )
+
+        @dg.multi_asset_check(
+            specs=[spec],
+            ins={"step": dg.AssetIn(key=asset.key)},
+            can_subset=True,
+            name=f"{asset.key.path[-1]}_{name}",
+            description=description,
+        )
+        def check(
+            context: dg.AssetCheckExecutionContext,
+            step: StepResult | None,
+            marketplace: MarketplaceResource,
+        ) -> Iterator[dg.AssetCheckResult]:
+            value = step or StepResult(marketplace.run_batch(context, None))
+            result = judge_fn(context, value, marketplace)
+            if result is not None:
+                yield result
+
+        return check
+
+    return wrap
 
 
 def judge(
@@ -77,7 +134,9 @@ def judge(
     what: str,
     figures: Callable[[CheckOutcome], dict[str, Any]],
     describe: Callable[[CheckOutcome], str] | None = None,
-) -> dg.AssetCheckResult:
+    *,
+    stage: str,
+) -> dg.AssetCheckResult | None:
     """A check step's results on each version's partition (see `assets.reporting`).
 
     A failure's description is the step's own `detail` when it has one (the integrity check:
@@ -99,11 +158,14 @@ def judge(
         VersionResult(o.version, o.passed, described(o), {"passed": o.passed, **figures(o)})
         for o in outcomes
     ]
+    [spec] = context.check_specs
     return report_check(
         context,
+        spec,
         batch,
         results,
         db=db,
+        stage=stage,
         stops_run=batch_verdict.blocking,
         metadata={
             "failed_versions": ", ".join(batch_verdict.failed_versions) or "none",
@@ -189,13 +251,7 @@ def dataset_version(
 ) -> dg.MaterializeResult:
     svc = marketplace.services
     model_id, version = parse_partition_key(context.partition_key)
-    batch = claim_batch(
-        svc,
-        model_id,
-        version,
-        trigger=context.run.tags.get(TAG_TRIGGER),
-        run_id=context.run_id,
-    )
+    batch = marketplace.run_batch(context, None, claim_new=True)
     summaries = describe_batch(svc, batch)
     facts = version_facts(svc.db, model_id, [*batch.versions, version])
     schema = column_schema(model_spec_columns(svc.db, model_id))
@@ -205,7 +261,12 @@ def dataset_version(
         f"model {model_id}: processing {', '.join(batch.versions) or 'no pending version'}"
         + ("; re-scoring the model" if batch.rescore else "")
     )
-    own = per_version.get(version) or version_metadata(facts.get(version), None, schema)
+    own = per_version.get(version) or {
+        **version_metadata(facts.get(version), None, schema),
+        **standing(svc.db, batch),
+    }
+    if version not in per_version:
+        context.log.info(f"nothing to do for {version}: {own.get('nothing_to_do', '')}")
     return dg.MaterializeResult(
         value=StepResult(batch, tuple(summaries)),
         metadata={
@@ -230,18 +291,16 @@ def _summary_table(summaries: Sequence[VersionSummary]) -> dg.MetadataValue:
     )
 
 
-@dg.asset_check(
+@version_check(
     asset=dataset_version,
     name="readable",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="Every version of the batch is a valid CSV, JSON or Parquet file (spec §8).",
 )
 def dataset_version_readable(
     context: dg.AssetCheckExecutionContext,
     dataset_version: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     rows = {s.version: s.rows for s in dataset_version.outcomes if s.readable}
 
     return judge(
@@ -252,6 +311,7 @@ def dataset_version_readable(
         "reading",
         lambda o: {"rows": rows.get(o.version)},
         lambda o: f"readable: {rows[o.version]} rows",
+        stage=stages.READING,
     )
 
 
@@ -287,9 +347,9 @@ def quality_figures(outcome: CheckOutcome) -> dict[str, Any]:
 def quality_report(
     context: dg.AssetExecutionContext,
     marketplace: MarketplaceResource,
-    dataset_version: StepResult,
+    dataset_version: StepResult | None,
 ) -> dg.MaterializeResult:
-    batch = dataset_version.batch
+    batch = marketplace.run_batch(context, dataset_version)
     outcomes = run_quality_checks(marketplace.services, batch)
     return step_output(
         context,
@@ -306,11 +366,9 @@ def quality_report(
     )
 
 
-@dg.asset_check(
+@version_check(
     asset=quality_report,
     name="quality_thresholds",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="≥ 100 rows, completeness > 95 %, unique rows > 80 %, 100 % data-spec "
     "compliance (warnings fail too with DATA_VALIDATION_STRICT=true).",
 )
@@ -318,7 +376,7 @@ def quality_thresholds(
     context: dg.AssetCheckExecutionContext,
     quality_report: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     return judge(
         context,
         quality_report.batch,
@@ -326,6 +384,7 @@ def quality_thresholds(
         marketplace,
         "quality checks",
         quality_figures,
+        stage=stages.QUALITY,
     )
 
 
@@ -352,9 +411,9 @@ def pii_figures(outcome: CheckOutcome) -> dict[str, Any]:
 def pii_report(
     context: dg.AssetExecutionContext,
     marketplace: MarketplaceResource,
-    dataset_version: StepResult,
+    dataset_version: StepResult | None,
 ) -> dg.MaterializeResult:
-    batch = dataset_version.batch
+    batch = marketplace.run_batch(context, dataset_version)
     outcomes = run_pii_scans(marketplace.services, batch)
     return step_output(
         context,
@@ -372,20 +431,24 @@ def pii_report(
     )
 
 
-@dg.asset_check(
+@version_check(
     asset=pii_report,
     name="no_pii",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="No e-mail, phone, card, IBAN, SSN, IP, URL or wallet address in text columns.",
 )
 def no_pii(
     context: dg.AssetCheckExecutionContext,
     pii_report: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     return judge(
-        context, pii_report.batch, pii_report.outcomes, marketplace, "PII scan", pii_figures
+        context,
+        pii_report.batch,
+        pii_report.outcomes,
+        marketplace,
+        "PII scan",
+        pii_figures,
+        stage=stages.PII,
     )
 
 
@@ -404,10 +467,10 @@ INTEGRITY_COLUMNS = ("benchmark_copies", "known_rows", "novel_rows", "label_disa
 def integrity_report(
     context: dg.AssetExecutionContext,
     marketplace: MarketplaceResource,
-    quality_report: StepResult,
-    pii_report: StepResult,
+    quality_report: StepResult | None,
+    pii_report: StepResult | None,
 ) -> dg.MaterializeResult:
-    batch = pii_report.batch
+    batch = marketplace.run_batch(context, pii_report or quality_report)
     outcomes = run_integrity_checks(marketplace.services, batch)
     return step_output(
         context,
@@ -442,16 +505,29 @@ def _integrity_check(
     marketplace: MarketplaceResource,
     check: str,
     what: str,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     outcomes = integrity_outcomes(result.outcomes, check)
-    return judge(context, result.batch, outcomes, marketplace, what, integrity_figures)
+    return judge(
+        context,
+        result.batch,
+        outcomes,
+        marketplace,
+        what,
+        integrity_figures,
+        stage=check_stage(check),
+    )
 
 
-@dg.asset_check(
+def check_stage(check: str) -> str:
+    """The standing stage of an integrity check (`pipeline.checks.batch.INTEGRITY_VERDICTS`)."""
+    return {"labels": stages.LABELS, "known_rows": stages.KNOWN_ROWS}.get(
+        check, stages.BENCHMARK_COPIES
+    )
+
+
+@version_check(
     asset=integrity_report,
     name="no_benchmark_copies",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="No contribution copies or nearly copies the model's benchmark rows beyond "
     "chance plus INTEGRITY_COPY_TOLERANCE (default 1 % of its rows).",
 )
@@ -459,17 +535,15 @@ def no_benchmark_copies(
     context: dg.AssetCheckExecutionContext,
     integrity_report: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     return _integrity_check(
         context, integrity_report, marketplace, "benchmark_copies", "leakage check"
     )
 
 
-@dg.asset_check(
+@version_check(
     asset=integrity_report,
     name="new_rows",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="At least INTEGRITY_MIN_NOVEL_SHARE (default 5 %) of each contribution's rows "
     "are not already accepted for the model; known rows are left out of valuation.",
 )
@@ -477,17 +551,15 @@ def new_rows(
     context: dg.AssetCheckExecutionContext,
     integrity_report: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     return _integrity_check(
         context, integrity_report, marketplace, "known_rows", "known-rows check"
     )
 
 
-@dg.asset_check(
+@version_check(
     asset=integrity_report,
     name="labels_consistent",
-    blocking=True,
-    partitions_def=dataset_versions,
     description="Labels disagree with the current model and with their own cross-validation "
     "no more than the reference data does, plus LABEL_DISAGREEMENT_MARGIN.",
 )
@@ -495,5 +567,5 @@ def labels_consistent(
     context: dg.AssetCheckExecutionContext,
     integrity_report: StepResult,
     marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
     return _integrity_check(context, integrity_report, marketplace, "labels", "label check")

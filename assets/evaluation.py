@@ -1,9 +1,12 @@
 """Evaluation and reward assets: score the model with and without each contribution, then pay.
 
-Both run only when the blocking checks of `assets/datasets.py` let them; both are idempotent
-per contribution (a job is evaluated once, an evaluation is paid once). Each version's figures go
-on its own partition (`assets.reporting`); the `improves_model` check fails the partition of a
-contribution rejected by its evaluation, with the reason.
+One step (`evaluation_and_rewards`) materializes both assets, each optional and selectable
+alone: the run pays what it must even when its own version has no evaluation to show (a version
+never evaluated has no `evaluation` partition: it is not green). Both run only when the blocking
+checks of `assets/datasets.py` let them; both are idempotent per contribution (a job is
+evaluated once, an evaluation is paid once, and only while the run holds the model's claim).
+Each version's figures go on its own partition (`assets.reporting`); the `improves_model` check
+fails the partition of a contribution rejected by its evaluation, with the reason.
 
 Statuses shown are final: an evaluation says `accepted` (improved: the rewards asset pays it
 next) or `rejected`, never the job's passing `evaluating`; rewards say the job's status after
@@ -19,12 +22,15 @@ from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
-from pipeline.core.tables import EVALUATING, FAILED, REJECTED, REWARDED
+from pipeline.core.db import Database
+from pipeline.core.tables import BENCHMARK_VERSION, EVALUATING, FAILED, REJECTED, REWARDED
+from pipeline.evaluation import standing as stages
 from pipeline.evaluation.batch_scoring import evaluate_batch
-from pipeline.evaluation.batches import StepResult
+from pipeline.evaluation.batches import Batch, StepResult
 from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.evaluation.standing import VersionStanding, version_standing
 from pipeline.intake.catalog import version_facts
-from pipeline.rewards.payouts import RewardOutcome, pay_batch
+from pipeline.rewards.payouts import ALREADY_PAID, RewardOutcome, pay_batch
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -73,43 +79,6 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
             )
             for o in outcomes
         ],
-    )
-
-
-@dg.asset(
-    partitions_def=dataset_versions,
-    group_name=GROUP,
-    kinds={"scikitlearn"},
-    description="Trains the model's estimator on its accepted rows with and without each "
-    "contribution and scores it on the latest BenchmarkSpec; re-scores the model on a new "
-    "benchmark, on a schedule, or when nothing was pending.",
-)
-def evaluation(
-    context: dg.AssetExecutionContext,
-    marketplace: MarketplaceResource,
-    quality_report: StepResult,
-    pii_report: StepResult,
-    integrity_report: StepResult,
-) -> dg.MaterializeResult:
-    batch = integrity_report.batch
-    outcomes = evaluate_batch(marketplace.services, batch)
-    per_version = {
-        o.version: evaluation_metadata(o) for o in outcomes if o.version and evaluated(o)
-    }
-    report_materializations(context, batch, per_version)
-    # The partition's own version, else where it stands and the model's re-score of this run.
-    rescore = next((o for o in outcomes if o.version is None), None)
-    own = per_version.get(batch.version) or {
-        **(evaluation_metadata(rescore) if rescore is not None else {}),
-        **standing(marketplace.services.db, batch),
-    }
-    return dg.MaterializeResult(
-        value=StepResult(batch, tuple(outcomes)),
-        metadata={
-            **own,
-            "evaluations": len([o for o in outcomes if o.evaluation_id]),
-            "results": _evaluation_table(outcomes),
-        },
     )
 
 
@@ -181,30 +150,6 @@ def evaluation_result(outcome: EvaluationOutcome) -> VersionResult | None:
     )
 
 
-@dg.asset_check(
-    asset=evaluation,
-    name="improves_model",
-    partitions_def=dataset_versions,
-    description="A contribution improves the model's score on the latest benchmark (else it is "
-    "rejected); a benchmark version scores the model. Not blocking: rewards pay the others.",
-)
-def improves_model(
-    context: dg.AssetCheckExecutionContext,
-    evaluation: StepResult,
-    marketplace: MarketplaceResource,
-) -> dg.AssetCheckResult:
-    results = [r for r in map(evaluation_result, evaluation.outcomes) if r is not None]
-    return report_check(
-        context,
-        evaluation.batch,
-        results,
-        db=marketplace.services.db,
-        metadata={
-            "rejected_versions": ", ".join(r.version for r in results if not r.passed) or "none"
-        },
-    )
-
-
 def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
     return markdown_table(
         [
@@ -235,57 +180,232 @@ def _reward_table(rewards: Sequence[RewardOutcome]) -> dg.MetadataValue:
     )
 
 
-@dg.asset(
+EVALUATION = dg.AssetKey("evaluation")
+REWARDS = dg.AssetKey("rewards")
+IMPROVES_MODEL = dg.AssetCheckSpec(
+    "improves_model",
+    asset=EVALUATION,
     partitions_def=dataset_versions,
-    group_name=GROUP,
-    description="Reward tokens for each contribution that improved the model, split among the "
-    "wallets of its contributor manifest; the ledger is written once per evaluation. Only paid "
-    "versions have a rewards partition.",
-    output_required=False,
+    description="A contribution improves the model's score on the latest benchmark (else it is "
+    "rejected); a benchmark version scores the model. Not blocking: rewards pay the others.",
 )
-def rewards(
+
+
+@dg.multi_asset(
+    name="evaluation_and_rewards",
+    outs={
+        "evaluation": dg.AssetOut(
+            key=EVALUATION,
+            is_required=False,
+            group_name=GROUP,
+            kinds={"scikitlearn"},
+            description="Trains the model's estimator on its accepted rows with and without "
+            "each contribution and scores it on the latest BenchmarkSpec; re-scores the model "
+            "on a new benchmark, on a schedule, or when nothing was pending and it changed since "
+            "its last score. Only evaluated versions have an evaluation partition.",
+        ),
+        "rewards": dg.AssetOut(
+            key=REWARDS,
+            is_required=False,
+            group_name=GROUP,
+            description="Reward tokens for each contribution that improved the model, split "
+            "among the wallets of its contributor manifest; the ledger is written once per "
+            "evaluation. Every evaluated version has a rewards partition: the tokens paid, or "
+            "why nothing is paid.",
+        ),
+    },
+    ins={"integrity_report": dg.AssetIn("integrity_report")},
+    deps=["quality_report", "pii_report"],
+    internal_asset_deps={
+        "evaluation": {
+            dg.AssetKey("quality_report"),
+            dg.AssetKey("pii_report"),
+            dg.AssetKey("integrity_report"),
+        },
+        "rewards": {EVALUATION},
+    },
+    partitions_def=dataset_versions,
+    check_specs=[IMPROVES_MODEL],
+    can_subset=True,
+)
+def evaluation_and_rewards(
     context: dg.AssetExecutionContext,
     marketplace: MarketplaceResource,
-    evaluation: StepResult,
-) -> Iterator[dg.MaterializeResult]:
-    batch = evaluation.batch
-    svc = marketplace.services
-    paid = pay_batch(svc, batch.model_id, evaluation.outcomes)
-    # Statuses after payment, so each partition shows where its job ended.
-    facts = version_facts(svc.db, batch.model_id, [*(r.version for r in paid), batch.version])
-    per_version = {
-        r.version: metadata_values(
-            {
-                "status": facts[r.version].status if r.version in facts else None,
-                "tokens": r.tokens,
-                "earned_tokens": r.earned,
-                "share_pct": r.share_pct,
-                "pool_pct": r.pool_pct,
-                "interval": _interval(*((r.interval or {}).get(k) for k in ("low", "high"))),
-                "interval_low_pct": (r.interval or {}).get("low"),
-                "interval_high_pct": (r.interval or {}).get("high"),
-                **{k: v for k, v in (r.integrity or {}).items() if isinstance(v, int | float)},
-                "recipients": len(r.recipients),
-                "detail": r.detail,
-            }
-        )
-        for r in paid
-    }
-    report_materializations(context, batch, per_version)
-    context.log.info(
-        f"model {batch.model_id}: paid {', '.join(per_version) or 'no version'}; "
-        f"{sum(r.tokens for r in paid):g} tokens"
+    integrity_report: StepResult | None,
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """One step, so that `rewards` runs whenever the run has something to pay even when the
+    own version has no evaluation to show (a version rejected before valuation is not green)."""
+    batch = marketplace.run_batch(context, integrity_report)
+    selected = context.selected_asset_keys
+    outcomes: list[EvaluationOutcome] = []
+    if EVALUATION in selected:
+        outcomes = evaluate_batch(marketplace.services, batch)
+        yield from _evaluation_outputs(context, marketplace, batch, outcomes)
+    if REWARDS in selected:
+        yield from _rewards_output(context, marketplace, batch, outcomes)
+
+
+def standing_outcome(found: VersionStanding) -> EvaluationOutcome:
+    """A version's recorded evaluation as this run reports it, without evaluating it again."""
+    e = found.evaluation
+    assert e is not None
+    return EvaluationOutcome(
+        e.id,
+        found.version,
+        "rescore" if e.valuation_id is None else "contribution",
+        metric_name=e.metric_name,
+        score=e.score,
+        baseline_score=e.baseline_score,
+        improvement_pct=e.improvement_pct,
+        status=found.facts.status or "scored",
+        detail=found.summary(),
+        pool_pct=e.pool_pct,
+        interval_low=e.interval_low,
+        interval_high=e.interval_high,
+        batch_size=e.batch_size,
     )
-    # Only a paid version has rewards: the own partition of a rejected version stays
-    # unmaterialized rather than showing a green "Materialized" with nothing in it.
-    if batch.version not in per_version:
-        return
-    yield dg.MaterializeResult(
+
+
+def _evaluation_outputs(
+    context: dg.AssetExecutionContext,
+    marketplace: MarketplaceResource,
+    batch: Batch,
+    outcomes: Sequence[EvaluationOutcome],
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """`evaluation` on each evaluated version's partition and its `improves_model` result; on
+    the own partition the standing evaluation when it was evaluated earlier, else nothing."""
+    db = marketplace.services.db
+    per_version = {
+        o.version: evaluation_metadata(o) for o in outcomes if o.version and evaluated(o)
+    }
+    report_materializations(context, batch, per_version, EVALUATION)
+    rescore = next((o for o in outcomes if o.version is None), None)
+    if rescore is not None:
+        context.log.info(f"model {batch.model_id} re-scored: {rescore.detail}")
+    own = per_version.get(batch.version)
+    if own is None:
+        found = version_standing(db, batch.model_id, batch.version)
+        if found is not None and found.evaluation is not None:
+            own = {**evaluation_metadata(standing_outcome(found)), **standing(db, batch)}
+        what = found.summary() if found is not None else "no stored version"
+        context.log.info(f"nothing to evaluate for {batch.version}: {what}")
+    if own is not None:
+        yield dg.MaterializeResult(
+            asset_key=EVALUATION,
+            value=StepResult(batch, tuple(outcomes)),
+            metadata={
+                **own,
+                "evaluations": len([o for o in outcomes if o.evaluation_id]),
+                "results": _evaluation_table(outcomes),
+            },
+        )
+    # The other versions' results are logged even when the own version has no evaluation.
+    results = [r for r in map(evaluation_result, outcomes) if r is not None]
+    result = report_check(
+        context,
+        IMPROVES_MODEL,
+        batch,
+        results,
+        db=db,
+        stage=stages.EVALUATION,
         metadata={
-            **per_version[batch.version],
-            "batch_tokens": sum(r.tokens for r in paid),
-            "rewarded_versions": ", ".join(r.version for r in paid if r.tokens > 0) or "none",
-            "ledger_entries": sum(len(r.recipients) for r in paid),
-            "rewards": _reward_table(paid),
+            "rejected_versions": ", ".join(r.version for r in results if not r.passed) or "none"
+        },
+    )
+    if result is not None and own is not None:
+        yield result
+
+
+def reward_metadata(reward: RewardOutcome, status: str | None) -> dict[str, Any]:
+    interval = reward.interval or {}
+    return metadata_values(
+        {
+            "status": status,
+            "tokens": reward.tokens,
+            "earned_tokens": reward.earned,
+            "share_pct": reward.share_pct,
+            "pool_pct": reward.pool_pct,
+            "interval": _interval(interval.get("low"), interval.get("high")),
+            "interval_low_pct": interval.get("low"),
+            "interval_high_pct": interval.get("high"),
+            **{k: v for k, v in (reward.integrity or {}).items() if isinstance(v, int | float)},
+            "recipients": len(reward.recipients),
+            "detail": reward.detail,
         }
     )
+
+
+def _unpaid(outcome: EvaluationOutcome) -> dict[str, Any]:
+    """Rewards of a version evaluated in this run and not paid: explicitly nothing."""
+    return metadata_values(
+        {"status": outcome.status, "tokens": 0.0, "detail": f"nothing to pay: {outcome.detail}"}
+    )
+
+
+def _rewards_output(
+    context: dg.AssetExecutionContext,
+    marketplace: MarketplaceResource,
+    batch: Batch,
+    outcomes: Sequence[EvaluationOutcome],
+) -> Iterator[dg.MaterializeResult]:
+    """Pay, then `rewards` on each evaluated version's partition (tokens paid, or why none)."""
+    svc = marketplace.services
+    paid = pay_batch(svc, batch.model_id, outcomes, claim=batch.claim, strict=batch.model_held)
+    facts = version_facts(svc.db, batch.model_id, [*(r.version for r in paid), batch.version])
+    per_version = {
+        r.version: reward_metadata(r, facts[r.version].status if r.version in facts else None)
+        for r in paid
+    }
+    for o in outcomes:
+        if o.kind == "contribution" and o.version and evaluated(o) and o.version not in per_version:
+            per_version[o.version] = _unpaid(o)
+    report_materializations(context, batch, per_version, REWARDS)
+    now = [r for r in paid if r.detail != ALREADY_PAID and r.tokens > 0]
+    before = [r.version for r in paid if r.detail == ALREADY_PAID]
+    context.log.info(
+        f"model {batch.model_id}: "
+        + (
+            f"paid {', '.join(r.version for r in now)}; {sum(r.tokens for r in now):g} tokens"
+            if now
+            else "nothing paid in this run"
+        )
+        + (f" ({', '.join(before)} paid before)" if before else "")
+    )
+    own = per_version.get(batch.version) or _standing_reward(context, svc.db, batch)
+    if own is None:
+        return
+    yield dg.MaterializeResult(
+        asset_key=REWARDS,
+        metadata={
+            **own,
+            "batch_tokens": sum(r.tokens for r in now),
+            "rewarded_versions": ", ".join(r.version for r in now) or "none",
+            "ledger_entries": sum(len(r.recipients) for r in now),
+            "rewards": _reward_table(paid),
+        },
+    )
+
+
+def _standing_reward(
+    context: dg.AssetExecutionContext, db: Database, batch: Batch
+) -> dict[str, Any] | None:
+    """The own version's rewards when this run paid nothing for it: what it was paid before,
+    or why nothing is paid; None (no rewards partition) for a version never evaluated."""
+    found = version_standing(db, batch.model_id, batch.version)
+    if found is None or found.evaluation is None:
+        what = found.summary() if found is not None else "no stored version"
+        context.log.info(f"nothing to pay for {batch.version}: {what}")
+        return None
+    facts = found.facts
+    if facts.kind == BENCHMARK_VERSION:
+        detail = f"nothing to pay: {facts.version} is a benchmark"
+    elif facts.status == REWARDED:
+        detail = f"paid before: {found.summary()}"
+    else:
+        detail = f"nothing to pay: {found.summary()}"
+    context.log.info(f"nothing to pay for {batch.version} in this run: {detail}")
+    return {
+        **standing(db, batch),
+        "tokens": float(facts.tokens or 0.0),
+        "detail": detail,
+    }

@@ -200,6 +200,17 @@ class Contribution(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
+class ModelClaim(Base):
+    """The run working on a model's versions: one at a time (pipeline.evaluation.model_claims)."""
+
+    __tablename__ = "model_claims"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    claimed_by: Mapped[str] = mapped_column(String(100))
+    lease_expires_at: Mapped[datetime] = mapped_column()
+    claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class BenchmarkSpec(Base):
     """How a model is scored: created by a benchmark upload, points at its dataset version."""
 

@@ -48,7 +48,12 @@ def evaluate_batch(svc: Services, batch: Batch) -> list[EvaluationOutcome]:
             guarded_rescore(
                 None,
                 lambda: rescore_model(
-                    svc, batch.model_id, trigger=batch.trigger, run_id=batch.run_id, frames=frames
+                    svc,
+                    batch.model_id,
+                    trigger=batch.trigger,
+                    run_id=batch.run_id,
+                    frames=frames,
+                    batch=batch,
                 ),
             )
         )

@@ -45,6 +45,7 @@ from pipeline.evaluation.datasets import (
     model_settings,
 )
 from pipeline.evaluation.jobs import fail_job, transition
+from pipeline.evaluation.model_claims import ModelClaimLost, fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import (
@@ -196,7 +197,7 @@ def _value_and_record(
         return
     try:
         outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation))
-    except _LeftEvaluating as exc:
+    except (_LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.
         log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
         reason = f"valuation not recorded ({exc}); waiting for the next run"
@@ -274,6 +275,7 @@ def _record_valuation(
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:
+        fence(session, svc, batch.model_id, batch.claim, strict=batch.model_held)
         for key, (item, player) in players.items():
             evaluation = _evaluation_row(batch, spec_id, item, valuation, valuation_id, key)
             session.add(evaluation)

@@ -52,6 +52,9 @@ class Batch:
     rescore: bool = False
     run_id: str | None = None
     claim: str | None = None  # `claimed_by` of the jobs this batch holds
+    # Claimed under the model's claim (`claim_run_batch`): valuation and payment then require
+    # that the claim is still held (`pipeline.evaluation.model_claims.hold_model`).
+    model_held: bool = False
 
     @property
     def versions(self) -> list[str]:

@@ -10,13 +10,21 @@ arrivals debounced into one run are all handled. What is pending:
   model on it);
 - an `external` version (an object that arrived in the store without going through the API)
   is given a contribution job owned by `external` and then handled as a contribution.
+
+A job this claim already holds while `validating` (taken over from a re-executed run,
+`pipeline.evaluation.model_claims.adopt_jobs`) is part of the batch too. `claim_run_batch` is
+what a Dagster run calls: it first takes the model's claim, so one run at a time works on a
+model, and with `claim_new=False` (a step whose run did not claim: a re-execution, a partial
+selection) it takes only what the run holds and the benchmarks not yet scored.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -38,6 +46,12 @@ from pipeline.core.tables import (
 from pipeline.evaluation.batches import Batch, VersionItem, version_item
 from pipeline.evaluation.jobs import normalize_trigger, transition
 from pipeline.evaluation.leases import expire_leases
+from pipeline.evaluation.model_claims import (
+    EndedFn,
+    acquire_model,
+    adopt_jobs,
+)
+from pipeline.evaluation.rescore import rescore_due
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -47,6 +61,37 @@ log = logging.getLogger(__name__)
 EXTERNAL_SUBMITTER = "external"
 
 
+def claim_run_batch(
+    svc: Services,
+    model_id: int,
+    version: str,
+    *,
+    trigger: str | None,
+    run_id: str,
+    ended: EndedFn,
+    parents: tuple[str, ...] = (),
+    claim_new: bool = True,
+    on_wait: Callable[[str], None] | None = None,
+) -> Batch:
+    """The batch of run `run_id`, under the model's claim (see the module docstring).
+
+    Waits while another live run holds the model; jobs of ended runs are adopted (from
+    `parents`) or given back first.
+    """
+    _require_model(svc, model_id)
+    lease = svc.settings.claim_lease_seconds
+    acquire_model(svc.db, model_id, run_id, lease, ended=ended, on_wait=on_wait)
+    adopt_jobs(svc.db, model_id, run_id, lease, ended=ended, parents=parents)
+    batch = claim_batch(svc, model_id, version, trigger=trigger, run_id=run_id, claim_new=claim_new)
+    return replace(batch, model_held=True)
+
+
+def _require_model(svc: Services, model_id: int) -> None:
+    with svc.db.session() as session:
+        if session.get(Model, model_id) is None:
+            raise InvalidInput(f"model {model_id} not found")
+
+
 def claim_batch(
     svc: Services,
     model_id: int,
@@ -54,16 +99,16 @@ def claim_batch(
     *,
     trigger: str | None = None,
     run_id: str | None = None,
+    claim_new: bool = True,
 ) -> Batch:
     """Claim every pending version of `model_id` up to `version` (see the module docstring).
 
     Jobs of the model whose claim expired are given back first, so this run takes them up.
+    With `claim_new` false, nothing queued is claimed: the batch is what the claim holds.
     """
     trigger = normalize_trigger(trigger)
     claim = run_id or f"claim-{uuid.uuid4()}"
-    with svc.db.session() as session:
-        if session.get(Model, model_id) is None:
-            raise InvalidInput(f"model {model_id} not found")
+    _require_model(svc, model_id)
     expire_leases(svc.db, svc.settings.claim_lease_seconds, model_id=model_id)
     target = _find_version(svc, model_id, version)
     up_to: int | None
@@ -78,15 +123,19 @@ def claim_batch(
                 .limit(1)
             )
     if up_to is None:
-        return Batch(model_id, version, trigger, (), rescore=True, run_id=run_id, claim=claim)
-    _open_external_jobs(svc, model_id, up_to)
-    lease = timedelta(seconds=svc.settings.claim_lease_seconds)
-    claimed = _claim_contributions(svc, model_id, up_to, claim, lease)
+        return Batch(model_id, version, trigger, (), rescore=claim_new, run_id=run_id, claim=claim)
+    claimed = _held(svc, model_id, claim)
+    if claim_new:
+        _open_external_jobs(svc, model_id, up_to)
+        lease = timedelta(seconds=svc.settings.claim_lease_seconds)
+        claimed += _claim_contributions(svc, model_id, up_to, claim, lease)
     items = sorted(
         [*claimed, *_pending_benchmarks(svc, model_id, up_to)],
         key=lambda item: (item.version_number, item.dataset_version_id),
     )
-    rescore = trigger == "schedule" or not items
+    # A run with nothing pending scores the model as it stands, unless it was scored so since
+    # its last change (a backfill of every partition scores it once, not once per partition).
+    rescore = trigger == "schedule" or (claim_new and not items and rescore_due(svc.db, model_id))
     log.info(
         "model %s run for %s: versions %s%s",
         model_id,
@@ -134,6 +183,21 @@ def _open_external_jobs(svc: Services, model_id: int, up_to: int) -> None:
                     idempotency_key=f"dataset-version:{row.id}",
                 )
             )
+
+
+def _held(svc: Services, model_id: int, claim: str) -> list[VersionItem]:
+    """Jobs this claim already holds while `validating` (adopted from a re-executed run)."""
+    with svc.db.session() as session:
+        rows = session.execute(
+            select(Contribution.id, DatasetVersion)
+            .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
+            .where(
+                Contribution.model_id == model_id,
+                Contribution.claimed_by == claim,
+                Contribution.status == VALIDATING,
+            )
+        ).all()
+    return [version_item(dv, contribution_id=job_id) for job_id, dv in rows]
 
 
 def _claim_contributions(

@@ -32,6 +32,7 @@ from pipeline.core.tables import (
     isoformat_utc,
     utcnow,
 )
+from pipeline.evaluation.model_claims import renew_model_claims
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ def renew_leases(db: Database, claim: str, lease_seconds: int) -> int:
 
 
 class LeaseKeeper:
-    """Renews the leases of one claim every third of the lease while its process lives.
+    """Renews the leases of one claim (its jobs and its model claims) every third of the lease
+    while its process lives.
 
     Started where a run's step runs (the Dagster resource of the assets); a process that dies
     takes its thread with it, which is the point: its leases then run out.
@@ -93,6 +95,7 @@ class LeaseKeeper:
         while True:
             try:
                 renew_leases(self.db, self.claim, self.lease_seconds)
+                renew_model_claims(self.db, self.claim, self.lease_seconds)
             except Exception:  # a database hiccup must not end the run; the next try may work
                 log.exception("could not renew the leases of %s", self.claim)
             if self._stop.wait(interval):

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from pipeline.core.db import Database
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import FAILED, BenchmarkSpec, DatasetVersion, Evaluation
 from pipeline.evaluation.batches import Batch, VersionItem
@@ -26,6 +27,7 @@ from pipeline.evaluation.datasets import (
     model_settings,
 )
 from pipeline.evaluation.jobs import normalize_trigger
+from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ def rescore_on_benchmark(
         spec=spec,
         dataset_version_id=item.dataset_version_id,
         frames=frames,
+        batch=batch,
     )
     return outcome or EvaluationOutcome(None, item.version, "rescore", detail="not scored")
 
@@ -80,11 +83,13 @@ def rescore_model(
     spec: BenchmarkSpec | None = None,
     dataset_version_id: int | None = None,
     frames: DatasetFrames | None = None,
+    batch: Batch | None = None,
 ) -> EvaluationOutcome | None:
     """Score the model trained on all accepted rows; records an Evaluation (metric history).
 
     `baseline_score` is the trivial baseline (majority class or mean) and `improvement_pct`
-    the model's gain over it. Returns None when the model has no benchmark.
+    the model's gain over it. Returns None when the model has no benchmark. Recorded like a
+    valuation: only while `batch`'s run holds the model (`model_claims.fence`).
     """
     frames = frames or DatasetFrames(svc)
     spec = spec or latest_benchmark(svc.db, model_id)
@@ -106,7 +111,14 @@ def rescore_model(
         metric_direction=bench.metric_direction,
     )
     evaluation_id = _record_rescore(
-        svc, model_id, bench, result, trigger=trigger, run_id=run_id, version_id=dataset_version_id
+        svc,
+        model_id,
+        bench,
+        result,
+        trigger=trigger,
+        run_id=run_id,
+        version_id=dataset_version_id,
+        batch=batch,
     )
     return EvaluationOutcome(
         evaluation_id,
@@ -130,9 +142,12 @@ def _record_rescore(
     trigger: str,
     run_id: str | None,
     version_id: int | None,
+    batch: Batch | None,
 ) -> str:
     """Write the re-score's Evaluation; its id."""
     with svc.db.session() as session:
+        claim, held = (batch.claim, batch.model_held) if batch is not None else (run_id, False)
+        fence(session, svc, model_id, claim, strict=held)
         evaluation = Evaluation(
             model_id=model_id,
             dataset_version_id=version_id,
@@ -157,3 +172,27 @@ def _version_name(svc: Services, dataset_version_id: int | None) -> str | None:
         return session.scalar(
             select(DatasetVersion.version).where(DatasetVersion.id == dataset_version_id)
         )
+
+
+def rescore_due(db: Database, model_id: int) -> bool:
+    """Whether the model as it stands has not been scored yet: no re-score on its latest
+    benchmark, or a valuation recorded since the latest one (its accepted rows changed)."""
+    spec = latest_benchmark(db, model_id)
+    if spec is None:
+        return True  # the re-score says there is nothing to score
+    with db.session() as session:
+        last_rescore = session.scalar(
+            select(func.max(Evaluation.created_at)).where(
+                Evaluation.model_id == model_id,
+                Evaluation.benchmark_spec_id == spec.id,
+                Evaluation.valuation_id.is_(None),
+            )
+        )
+        last_valuation = session.scalar(
+            select(func.max(Evaluation.created_at)).where(
+                Evaluation.model_id == model_id, Evaluation.valuation_id.is_not(None)
+            )
+        )
+    if last_rescore is None:
+        return True
+    return last_valuation is not None and last_valuation > last_rescore

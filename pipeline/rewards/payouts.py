@@ -40,6 +40,7 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
+from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import (
     TOKEN_DECIMALS,
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _TOKEN_UNITS = 10**TOKEN_DECIMALS
+# The detail of a RewardOutcome for a valuation paid by an earlier run.
+ALREADY_PAID = "already paid"
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,19 @@ class RewardOutcome:
 
 
 def pay_batch(
-    svc: Services, model_id: int, outcomes: Sequence[EvaluationOutcome]
+    svc: Services,
+    model_id: int,
+    outcomes: Sequence[EvaluationOutcome],
+    *,
+    claim: str | None = None,
+    strict: bool = False,
 ) -> list[RewardOutcome]:
     """Pay each valuation of this run's evaluations; idempotent per evaluation.
 
     Besides this run's evaluations, any of the model's contributions left `evaluating` with a
-    positive share (a run that stopped between evaluation and rewards) is paid now.
+    positive share (a run that stopped between evaluation and rewards) is paid now. `claim`
+    and `strict`: the model claim each payment's transaction checks first
+    (`pipeline.evaluation.model_claims.fence`).
     """
     evaluation_ids = [
         o.evaluation_id for o in outcomes if o.kind == "contribution" and o.evaluation_id
@@ -99,7 +109,7 @@ def pay_batch(
     paid: dict[str, RewardOutcome] = {}
     for evaluation_id in evaluation_ids:
         if evaluation_id not in paid:
-            paid.update(pay_valuation(svc, evaluation_id))
+            paid.update(pay_valuation(svc, evaluation_id, claim=claim, strict=strict))
     return [paid[e] for e in evaluation_ids if e in paid]
 
 
@@ -145,7 +155,9 @@ class _Member:
         return self.manifest is not None and self.units > 0
 
 
-def pay_valuation(svc: Services, evaluation_id: str) -> dict[str, RewardOutcome]:
+def pay_valuation(
+    svc: Services, evaluation_id: str, *, claim: str | None = None, strict: bool = False
+) -> dict[str, RewardOutcome]:
     """Pay every contribution accepted by the valuation of `evaluation_id`, in one transaction.
 
     Returns an outcome per accepted evaluation of the valuation ("already paid" for those paid
@@ -165,6 +177,7 @@ def pay_valuation(svc: Services, evaluation_id: str) -> dict[str, RewardOutcome]
             )
     try:
         with svc.db.session() as session:
+            fence(session, svc, members[0].job.model_id, claim, strict=strict)
             # Payers of one model queue here, so each sees the day's ledger complete.
             session.get(Model, members[0].job.model_id, with_for_update=True)
             _apply_daily_cap(session, settings.reward_max_tokens_per_model_per_day, members)
@@ -172,7 +185,7 @@ def pay_valuation(svc: Services, evaluation_id: str) -> dict[str, RewardOutcome]
                 _write_payment(session, member)
     except (IntegrityError, _AlreadyPaid):
         log.info("valuation of evaluation %s was paid concurrently", evaluation_id)
-        return pay_valuation(svc, evaluation_id)
+        return pay_valuation(svc, evaluation_id, claim=claim, strict=strict)
     return {**done, **{m.evaluation.id: _outcome(m) for m in members}}
 
 
@@ -253,7 +266,7 @@ def _paid_before(
         float(job.tokens or math.fsum(e.tokens for e in existing)),
         float(reward.get("total_tokens", job.tokens or 0.0)),
         [{"wallet": e.wallet_address, "tokens": e.tokens} for e in existing],
-        "already paid",
+        ALREADY_PAID,
         **_figures(evaluation, job),
     )
 

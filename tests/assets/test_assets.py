@@ -25,7 +25,7 @@ from assets.partitions import (
     dataset_versions,
     partition_key,
 )
-from assets.resources import MARKETPLACE, MarketplaceResource
+from assets.resources import MarketplaceResource, resource_defs
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Evaluation, RewardEntry
@@ -92,18 +92,27 @@ def materialize(
         [*ASSETS, *ASSET_CHECKS],
         partition_key=keys[-1],
         instance=instance,
-        resources={MARKETPLACE: MarketplaceResource.from_settings(settings)},
+        resources=resource_defs(settings),
         tags={TAG_TRIGGER: trigger, TAG_VERSIONS: ",".join(versions)},
         raise_on_error=False,
         selection=selection,
     )
 
 
+def materializations(result: dg.ExecuteInProcessResult, asset: str) -> list[Any]:
+    """The run's materializations of `asset`, on every partition."""
+    return [
+        e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(asset)
+    ]
+
+
 def metadata(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
-    """The metadata of the node's materialization for the run's own partition."""
+    """The metadata of the asset's materialization for the run's own partition."""
     [own] = [
         m
-        for m in result.asset_materializations_for_node(node)
+        for m in materializations(result, node)
         if m.partition == result.dagster_run.tags.get("dagster/partition")
     ]
     return {key: value.value for key, value in own.metadata.items()}
@@ -119,7 +128,7 @@ def checks(
 
 def partition_metadata(result: dg.ExecuteInProcessResult, node: str, key: str) -> dict[str, Any]:
     """The raw metadata values of the node's materialization for partition `key`."""
-    [event] = [m for m in result.asset_materializations_for_node(node) if m.partition == key]
+    [event] = [m for m in materializations(result, node) if m.partition == key]
     return dict(event.metadata)
 
 
@@ -194,10 +203,10 @@ def test_low_quality_contribution_is_rejected_and_its_check_blocks_evaluation(
 ) -> None:
     add_benchmark(db, store)
     first = materialize(settings, instance, 1, ["v1"])  # the benchmark's own run
-    assert checks(first)["quality_thresholds"].passed  # benchmarks are not checked for quality
-    assert checks(first)["quality_thresholds"].description == (
-        "nothing to check for v1 in this run (benchmark)"
-    )
+    # Benchmarks are not checked for quality: the check says nothing of v1, neither passed
+    # nor failed.
+    assert "quality_thresholds" not in checks(first)
+    assert checks(first)["readable"].passed
     job_id, version = contribute(db, store, churn_rows(50, seed=3) * 3, with_manifest=manifest())
 
     result = materialize(settings, instance, 1, [version])
@@ -334,37 +343,38 @@ def test_rejected_own_partition_fails_beside_versions_that_go_on(
     quality = checks(result)["quality_thresholds"]
     assert not quality.passed and quality.severity == dg.AssetCheckSeverity.WARN
     assert quality.description == job(db, bad_id).reason
-    # The check it never reached fails too, naming why, and no output calls it accepted.
-    unreached = checks(result)["improves_model"]
-    assert not unreached.passed and unreached.severity == dg.AssetCheckSeverity.ERROR
-    assert f"is rejected: {job(db, bad_id).reason}" in (unreached.description or "")
-    assert metadata(result, "evaluation")["status"] == "rejected"
-    assert metadata(result, "evaluation")["reason"] == job(db, bad_id).reason
-    assert f"1__{bad}" not in materialized(instance, "rewards")  # only paid versions have one
+    # The checks it never reached say nothing of it, and it has no evaluation (not green).
+    for unreached in ("no_benchmark_copies", "new_rows", "labels_consistent", "improves_model"):
+        assert unreached not in checks(result), unreached
+    for name in ("evaluation", "rewards"):
+        assert f"1__{bad}" not in materialized(instance, name), name
     assert job(db, good[0][0]).status == "rewarded"
     first = checks(result, f"1__{good[0][1]}")
     assert set(first) == CHECK_NAMES and all(c.passed for c in first.values())
     assert f"1__{good[0][1]}" in materialized(instance, "rewards")
-    other = [
-        m
-        for m in result.asset_materializations_for_node("evaluation")
-        if m.partition == f"1__{good[0][1]}"
-    ]
+    other = [m for m in materializations(result, "evaluation") if m.partition == f"1__{good[0][1]}"]
     assert other[0].metadata["processed_in_partition"].value == f"1__{bad}"
     assert other[0].metadata["status"].value == "accepted"
     assert ledger_count(db) >= 1
 
     # A scheduled re-score runs on the model's newest partition: it must not make it healthy.
+    # Each check that decided on `bad` reports its standing decision again (so the red one
+    # stays red on the re-materialized report); the checks that never ran on it say nothing.
     rescore = materialize(settings, instance, 1, [bad], trigger="schedule")
     assert rescore.success
     assert metadata(rescore, "dataset_version")["versions"] == "none pending"
-    for name, evaluation in checks(rescore).items():
-        assert not evaluation.passed, name
-        assert evaluation.description == f"not checked in this run: {bad} is rejected: " + (
-            job(db, bad_id).reason or ""
-        )
-    assert metadata(rescore, "evaluation")["status"] == "rejected"
-    assert metadata(rescore, "evaluation")["model_score"] > 0
+    standing = checks(rescore)
+    assert set(standing) == {"readable", "quality_thresholds"}
+    assert standing["readable"].passed
+    assert standing["readable"].description.startswith(f"passed in run {result.run_id}")
+    red = standing["quality_thresholds"]
+    assert not red.passed and red.severity == dg.AssetCheckSeverity.ERROR
+    assert red.description == job(db, bad_id).reason
+    assert red.metadata["decided_in_run"] == dg.TextMetadataValue(result.run_id)
+    assert f"1__{bad}" not in materialized(instance, "evaluation")
+    with db.session() as session:
+        latest = session.scalars(select(Evaluation).order_by(Evaluation.created_at.desc())).first()
+    assert latest is not None and (latest.trigger, latest.run_id) == ("schedule", rescore.run_id)
 
 
 @sqlite_only
@@ -391,13 +401,9 @@ def test_unreadable_version_and_one_waiting_for_a_benchmark_show_where_they_stan
         assert f"1__{junk}" not in materialized(instance, name), name
     # Passed its checks, but nothing to measure against: not evaluated, not paid, not failed.
     assert job(db, waiting_id).status == "queued"
-    assert metadata(result, "evaluation")["status"] == "queued"
-    assert "waiting for a benchmark" in metadata(result, "evaluation")["reason"]
-    pending = checks(result)["improves_model"]
-    assert pending.passed
-    assert (
-        pending.description == f"nothing to check for {waiting} in this run (contribution, queued)"
-    )
+    assert "waiting for a benchmark" in (job(db, waiting_id).reason or "")
+    assert "improves_model" not in checks(result)
+    assert materialized(instance, "evaluation") == set()
     assert materialized(instance, "rewards") == set()
 
 
@@ -448,7 +454,7 @@ def test_evaluation_job_targets_the_six_assets_with_the_concurrency_tag(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
         jobs=JOBS,
-        resources={MARKETPLACE: MarketplaceResource.from_settings(settings)},
+        resources=resource_defs(settings),
     )
     job_def = defs.resolve_job_def(EVALUATION_JOB)
     assert job_def.tags[TAG_CONCURRENCY] == "true"

@@ -26,7 +26,7 @@ import pytest
 
 from assets import ASSET_CHECKS, ASSETS, JOBS
 from assets.partitions import EVALUATION_JOB, TAG_TRIGGER, TAG_VERSIONS, partition_key
-from assets.resources import MARKETPLACE, MarketplaceResource
+from assets.resources import resource_defs
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.demo.churn_data import churn_rows
@@ -199,7 +199,7 @@ def run_one_debounced_run(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
         jobs=JOBS,
-        resources={MARKETPLACE: MarketplaceResource.from_settings(settings)},
+        resources=resource_defs(settings),
     )
     keys = [partition_key(1, v) for v in versions]
     with dg.DagsterInstance.from_config(str(home)) as instance:

@@ -430,9 +430,17 @@ def test_a_new_benchmark_version_rescores_the_model_on_it(
     latest = evaluations(db)[-1]
     assert latest.benchmark_spec_id == spec_id and latest.trigger == "arrival"
     assert latest.dataset_version_id is not None
-    # A re-run finds the benchmark evaluated: nothing pending, a plain re-score.
+    # A re-run finds the benchmark evaluated and the model unchanged since: nothing to do (a
+    # backfill of every partition does not re-score the same model once per partition).
+    scored = len(evaluations(db))
     again = run_pipeline(svc, bench, trigger="manual")
-    assert again.batch.items == () and again.evaluations[0].kind == "rescore"
+    assert again.batch.items == () and not again.batch.rescore and again.evaluations == []
+    assert len(evaluations(db)) == scored
+    # Once a valuation changed the model, a run with nothing pending scores it again.
+    _, newer = contribute(db, store, seed=31, with_manifest=manifest())
+    run_pipeline(svc, newer)
+    changed = run_pipeline(svc, bench, trigger="manual")
+    assert changed.batch.rescore and changed.evaluations[0].kind == "rescore"
     assert evaluations(db)[-1].trigger == "manual"
 
 
