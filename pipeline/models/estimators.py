@@ -35,7 +35,8 @@ TASK_TYPES: tuple[TaskType, ...] = get_args(TaskType)
 
 RANDOM_STATE = 0
 # One thread per fit: a valuation fits many coalitions on its own worker threads, and a
-# multi-threaded LightGBM histogram is not bit-for-bit reproducible across thread counts.
+# multi-threaded LightGBM histogram is not bit-for-bit reproducible across thread counts
+# (HistGradientBoosting: pipeline.models.single_thread).
 THREADS = 1
 DEFAULT_TEXT_FEATURES = 1000
 
@@ -50,6 +51,7 @@ class EstimatorKind:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the owner may override these
     dense: bool = False  # refuses sparse input: the preprocessing hands it a dense matrix
     neighbours: bool = False  # n_neighbors is capped at the training rows
+    openmp: bool = False  # threads only through OpenMP: limited around each fit and prediction
 
     def load(self) -> type[Any]:
         module, name = self.cls.split(":")
@@ -85,6 +87,7 @@ CATALOG: dict[str, EstimatorKind] = {
         _SEEDED,
         {"early_stopping": False},
         dense=True,
+        openmp=True,
     ),
     "lightgbm_classifier": EstimatorKind("classification", "lightgbm:LGBMClassifier", _LIGHTGBM),
     "knn_classifier": EstimatorKind(
@@ -107,6 +110,7 @@ CATALOG: dict[str, EstimatorKind] = {
         _SEEDED,
         {"early_stopping": False},
         dense=True,
+        openmp=True,
     ),
     "lightgbm_regressor": EstimatorKind("regression", "lightgbm:LGBMRegressor", _LIGHTGBM),
     "knn_regressor": EstimatorKind(
@@ -217,4 +221,8 @@ def build_estimator(recipe: str | Recipe, task_type: str, *, rows: int | None = 
     pre = recipe.preprocessing
     features = build_preprocessor(pre.text_columns, pre.text_max_features, dense=kind.dense)
     model = kind.load()(**estimator_params(recipe, rows))
+    if kind.openmp:
+        from pipeline.models.single_thread import OneThreadPipeline
+
+        return OneThreadPipeline([("features", features), ("model", model)])
     return Pipeline([("features", features), ("model", model)])

@@ -8,6 +8,7 @@ check; docs/ownership.md states the rule.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -27,6 +28,9 @@ from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Rec
 from pipeline.models.recipe_checks import check_recipe
 
 DEMO_MODEL_FILE = "customer_churn.json"
+# The demo models `prepare_store` registers in an empty store, in order (ids 1, 2): files in
+# `pipeline/demo`. The second is an owner's folder, so that it can carry the owner's own code.
+DEMO_MODEL_FILES = (DEMO_MODEL_FILE, "loan_default/model.json")
 
 
 class EstimatorChoice(BaseModel):
@@ -118,8 +122,9 @@ def load_definition(path: Path) -> ModelDefinition:
     return parse_definition(data)
 
 
-def demo_definition() -> ModelDefinition:
-    text = resources.files("pipeline.demo").joinpath(DEMO_MODEL_FILE).read_text()
+def demo_definition(filename: str = DEMO_MODEL_FILE) -> ModelDefinition:
+    """A demo model's definition (`DEMO_MODEL_FILES`); the first demo model by default."""
+    text = resources.files("pipeline.demo").joinpath(filename).read_text()
     return parse_definition(json.loads(text))
 
 
@@ -231,25 +236,33 @@ def list_models(session: Session) -> list[Model]:
 
 
 def seed_demo_model(db: Database, owner_user_id: str = "admin") -> Model | None:
-    """Register the demo model, owned by the admin user, in an empty store.
+    """Register the first demo model (`customer-churn`) alone; see `seed_demo_models`."""
+    models = seed_demo_models(db, owner_user_id, files=DEMO_MODEL_FILES[:1])
+    return models[0] if models else None
 
-    Returns it, or None when models exist; a demo model left without an owner (a store from
-    before owners existed) is given to the admin user.
+
+def seed_demo_models(
+    db: Database, owner_user_id: str = "admin", *, files: Sequence[str] = DEMO_MODEL_FILES
+) -> list[Model]:
+    """Register the demo models, owned by the admin user, in an empty store.
+
+    Returns them, or nothing when models exist; a first demo model left without an owner (a
+    store from before owners existed) is given to the admin user.
     """
-    definition = demo_definition()
     with db.session() as session:
         if session.scalar(select(func.count()).select_from(Model)):
             demo = session.scalar(
                 select(Model).where(
-                    Model.name == definition.name,
+                    Model.name == demo_definition(files[0]).name,
                     Model.owner_user_id.is_(None),
                     Model.owner_org_id.is_(None),
                 )
             )
             if demo is not None:
                 set_model_owner(demo, ModelOwner(user_id=owner_user_id))
-            return None
-        return register_model(session, definition, ModelOwner(user_id=owner_user_id))
+            return []
+        owner = ModelOwner(user_id=owner_user_id)
+        return [register_model(session, demo_definition(name), owner) for name in files]
 
 
 def allocate_version(db: Database, model_id: int) -> tuple[int, str]:

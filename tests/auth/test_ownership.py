@@ -338,25 +338,6 @@ def test_a_demo_model_from_before_owners_is_given_to_the_admin(db: Database) -> 
         assert session.scalar(select(Model.owner_user_id).where(Model.id == other_id)) is None
 
 
-@pytest.fixture
-def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Any:
-    from cli.main import main
-    from pipeline.core.config import get_settings
-
-    monkeypatch.setenv("MARKETPLACE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DATABASE_URL", settings.resolved_database_url)
-    get_settings.cache_clear()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    yield run
-    get_settings.cache_clear()
-
-
 def owner_of(db: Database, model_id: int) -> tuple[str | None, str | None]:
     with db.session() as session:
         model = session.get(Model, model_id)
