@@ -80,7 +80,7 @@ def build_preprocessor(
         text = Pipeline(
             [
                 ("join", FunctionTransformer(_as_documents)),
-                ("tfidf", TfidfVectorizer(max_features=text_max_features, dtype=float)),
+                ("tfidf", TfidfVectorizer(max_features=text_max_features)),
             ]
         )
         transformers.append(("text", text, ColumnKind("text", text_columns)))

@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 from pipeline.models.estimators import THREADS
 
 
-class OneThreadPipeline(Pipeline):
+class OneThreadPipeline(Pipeline):  # type: ignore[misc]  # sklearn has no type hints
     """A Pipeline that limits OpenMP to one thread around fit, predict and predict_proba."""
 
     def fit(self, X: Any, y: Any = None, **params: Any) -> OneThreadPipeline:  # noqa: N803

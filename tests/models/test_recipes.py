@@ -29,6 +29,8 @@ from pipeline.models.registry import (
     parse_definition,
 )
 
+HGB = "hist_gradient_boosting_classifier"
+
 
 def wine_definition(estimator: Any, **extra: Any) -> dict[str, Any]:
     """A model definition for scikit-learn's wine data (three classes)."""
