@@ -439,6 +439,7 @@ def test_evaluations_name_the_benchmark_spec_and_version_they_used(
 
 
 SECRET_NOTE = "bench-only-note-{}"
+BASE_NOTE = "base-only-note-{}"
 
 
 def test_no_endpoint_serves_a_benchmarks_rows(
@@ -448,7 +449,8 @@ def test_no_endpoint_serves_a_benchmarks_rows(
     key_for: Callable,
     auth_headers: Callable[..., dict[str, str]],
 ) -> None:
-    """Crawl every GET route with a contributor's credentials after a full pipeline run."""
+    """Crawl every GET route with a contributor's credentials after a full pipeline run: neither
+    the benchmark's rows nor the owner's base training data (its `train` split) come back."""
     from pipeline.core.tables import utcnow
     from pipeline.demo.churn_data import churn_benchmark_rows
     from pipeline.store.objectstore import object_store_from_settings
@@ -456,10 +458,13 @@ def test_no_endpoint_serves_a_benchmarks_rows(
     from pipeline.triggers.drain import drain_queue
     from tests.support.pipeline import WALLET_A, contribute, manifest, run_pipeline, services
 
-    rows = churn_benchmark_rows(300, seed=21)
+    # 300 benchmark rows and, in the same file, 150 rows of the owner's base training data.
+    rows = churn_benchmark_rows(300, seed=21) + [
+        {**row, "split": "train"} for row in churn_benchmark_rows(150, seed=22)
+    ]
     for i, row in enumerate(rows):
         row["monthly_charges"] = round(40 + i * 0.0173 + 0.000091, 6)  # values found nowhere else
-        row["note"] = SECRET_NOTE.format(i)
+        row["note"] = (SECRET_NOTE if row["split"] == "test" else BASE_NOTE).format(i)
     data = pd.DataFrame(rows).to_csv(index=False).encode()
     uploaded = client.post(
         UPLOAD.format(1),
@@ -480,6 +485,7 @@ def test_no_endpoint_serves_a_benchmarks_rows(
         time_budget_seconds=10,
     )
     secrets = [SECRET_NOTE.format(i) for i in range(0, 300, 7)]
+    secrets += [BASE_NOTE.format(i) for i in range(300, 450, 7)]
     secrets += [str(row["monthly_charges"]) for row in rows[::7]]
 
     contributor_key = key_for("alice")
