@@ -126,6 +126,7 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             "interval_low_pct": outcome.interval_low,
             "interval_high_pct": outcome.interval_high,
             "batch_size": outcome.batch_size,
+            "base_rows": outcome.base_rows,
             "evaluation_id": outcome.evaluation_id,
             "detail": evaluation_detail(outcome),
         }

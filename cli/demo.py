@@ -20,6 +20,7 @@ from pipeline.demo.demo_data import (
     DemoModel,
     make_demo_data,
 )
+from pipeline.demo.loan_data import EVAL_SPLIT
 from pipeline.rewards.manifests import MANIFEST_FILENAME as MANIFEST_FILE
 
 BENCHMARK_FILE = "benchmark.csv"
@@ -67,7 +68,14 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     write_demo_file(contribution, data.contribution, data.columns)
     manifest.write_text(json.dumps(data.manifest, indent=2) + "\n", encoding="utf-8")
     print(f"model {args.model} ({model.name}), target column {model.target_column}:")
-    print(f"wrote {benchmark} ({len(data.benchmark)} rows)")
+    base = sum(1 for row in data.benchmark if row.get("split", EVAL_SPLIT) != EVAL_SPLIT)
+    detail = (
+        f"{len(data.benchmark) - base} benchmark rows (split {EVAL_SPLIT}) and {base} rows of "
+        "the owner's base training data"
+        if base
+        else f"{len(data.benchmark)} rows"
+    )
+    print(f"wrote {benchmark} ({detail})")
     print(f"wrote {contribution} ({len(data.contribution)} rows)")
     print(f"wrote {manifest} (wallet {data.manifest['wallet_address']})")
     note(

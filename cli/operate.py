@@ -29,6 +29,7 @@ from pipeline.models.registry import (
     list_models,
     load_definition,
     model_owner,
+    model_recipe,
     register_model,
     set_model_owner,
 )
@@ -116,6 +117,7 @@ def cmd_models_list(_: argparse.Namespace) -> int:
             print(
                 f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
                 f"\towner={_owner_text(model_owner(model))}"
+                f"\trecipe={model_recipe(model).describe()}"
             )
     return 0
 

@@ -24,7 +24,7 @@ from pipeline.core.db import Database
 from pipeline.core.migrate import upgrade
 from pipeline.core.tempfiles import sweep
 from pipeline.intake.receiving import UPLOAD_DIR_PREFIX, upload_tmp_root
-from pipeline.models.registry import seed_demo_model
+from pipeline.models.registry import seed_demo_models
 from pipeline.store.objectstore import (
     TEMP_PREFIX,
     TEMP_SUFFIX,
@@ -112,8 +112,7 @@ def prepare_store(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url)
     with Services(settings) as services:
-        model = seed_demo_model(services.db, owner_user_id=settings.admin_user_id)
-        if model is not None:
+        for model in seed_demo_models(services.db, owner_user_id=settings.admin_user_id):
             log.info("registered demo model %s as id %s", model.name, model.id)
 
 

@@ -280,3 +280,22 @@ def run(live: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[in
         return status, out, err
 
     return invoke
+
+
+@pytest.fixture
+def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Any:
+    """Run `marketplace ARGS` in process on this test's store (operator commands)."""
+    from pipeline.core.config import get_settings
+
+    monkeypatch.setenv("MARKETPLACE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DATABASE_URL", settings.resolved_database_url)
+    get_settings.cache_clear()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    yield run
+    get_settings.cache_clear()

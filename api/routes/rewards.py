@@ -49,6 +49,8 @@ class ValuationFields(BaseModel):
     interval: IntervalOut | None = None
     batchSize: int | None = None  # noqa: N815
     valuationMethod: str | None = None  # noqa: N815
+    # Rows of the owner's base training data both models were trained on (docs/models.md).
+    baseRows: int | None = None  # noqa: N815
 
 
 class RewardEntryOut(ValuationFields):

@@ -5,6 +5,10 @@ Every benchmark version of the model is fingerprinted at upload (`fingerprint_be
 called by `pipeline.intake.uploads`), or by the pipeline when its fingerprints are missing
 (`ensure_benchmark_fingerprints`), and stored at `integrity/{model_id}/{version}/` in the object
 store (outside `datasets/`, so no arrival is triggered).
+
+Only the rows of the evaluation split are the benchmark here: the file's other rows are the
+owner's base training data (`pipeline.evaluation.datasets`), which a contribution may repeat
+without leaking anything; `pipeline.checks.known_rows` treats such rows as known rows instead.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import select
 
 from pipeline.checks.fingerprint_files import (
     Fingerprints,
     FingerprintSummary,
+    build_fingerprints,
     fingerprint_file,
     open_fingerprints,
     read_footer,
@@ -33,6 +39,9 @@ from pipeline.checks.fingerprint_files import (
 from pipeline.checks.fingerprints import fingerprint_columns
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
+from pipeline.evaluation.datasets import SPLIT_COLUMN
+from pipeline.models.estimators import Recipe
+from pipeline.models.registry import model_recipe
 from pipeline.store.dataset_batches import RetypeColumns, file_batches
 from pipeline.store.reading import read_dataset
 
@@ -56,16 +65,39 @@ def fingerprint_benchmark_file(
     target_column: str,
     input_columns: Sequence[str],
     task_type: str,
+    eval_split: str,
     out: Path,
     tmp_root: Path,
 ) -> FingerprintSummary:
-    """Fingerprint a benchmark file's rows (input columns and target) into the file `out`."""
-    return fingerprint_file(
-        path,
-        file_format,
-        columns=fingerprint_columns(columns, target_column, input_columns),
+    """Fingerprint a benchmark file's evaluation rows (input columns and target) into `out`.
+
+    With a `split` column, only the rows whose split is `eval_split` (module docstring).
+    """
+    fingerprinted = fingerprint_columns(columns, target_column, input_columns)
+    classification = task_type == "classification"
+    if SPLIT_COLUMN not in columns:
+        return fingerprint_file(
+            path,
+            file_format,
+            columns=fingerprinted,
+            target=target_column,
+            classification=classification,
+            out=out,
+            tmp_root=tmp_root,
+        )
+    source = file_batches(path, file_format, [*fingerprinted, SPLIT_COLUMN])
+
+    def evaluation_rows() -> Iterator[pa.RecordBatch]:
+        for batch in source():
+            split = pc.cast(batch.column(SPLIT_COLUMN), pa.string())
+            kept = batch.filter(pc.equal(split, eval_split))
+            yield kept.select([c for c in kept.schema.names if c != SPLIT_COLUMN])
+
+    return build_fingerprints(
+        evaluation_rows,
+        columns=fingerprinted,
         target=target_column,
-        classification=task_type == "classification",
+        classification=classification,
         out=out,
         tmp_root=tmp_root,
     )
@@ -83,6 +115,7 @@ class BenchmarkRef:
     target_column: str
     input_columns: tuple[str, ...]
     columns: tuple[str, ...]
+    eval_split: str = "test"
 
     @property
     def fingerprint_key(self) -> str:
@@ -108,18 +141,19 @@ def model_benchmarks(svc: Services, model_id: int) -> list[BenchmarkRef]:
             spec.target_column,
             tuple(spec.input_columns or ()),
             tuple(dv.columns or spec.columns or ()),
+            spec.eval_split,
         )
         for spec, dv in rows
     ]
 
 
-def model_task(svc: Services, model_id: int) -> tuple[str, str]:
-    """The model's task type and estimator."""
+def model_task(svc: Services, model_id: int) -> tuple[str, Recipe]:
+    """The model's task type and recipe."""
     with svc.db.session() as session:
         model = session.get(Model, model_id)
         if model is None:
             raise LookupError(f"model {model_id} not found")
-        return model.task_type, model.estimator
+        return model.task_type, model_recipe(model)
 
 
 def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
@@ -147,6 +181,7 @@ def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:
                 target_column=ref.target_column,
                 input_columns=ref.input_columns,
                 task_type=task_type,
+                eval_split=ref.eval_split,
                 out=out,
                 tmp_root=tmp_root,
             )

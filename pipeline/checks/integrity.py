@@ -10,10 +10,10 @@ Run by the pipeline after the quality and PII checks, for each contribution stil
    expected to match about n*p rows. The contribution is rejected when, in some tier, more rows
    match than `n*p + 3*sqrt(n*p*(1-p)) + INTEGRITY_COPY_TOLERANCE * n` (default tolerance 1 %):
    a copy of benchmark rows, exact or with small noise, is never paid nor trained on.
-2. Known rows (`pipeline.checks.known_rows`): rows that match rows of the model's accepted
-   training data are counted and left out of valuation. A contribution whose novel rows are
-   less than `INTEGRITY_MIN_NOVEL_SHARE` (default 5 %) of its rows is rejected as already
-   contributed.
+2. Known rows (`pipeline.checks.known_rows`): rows that match rows the model already trains on
+   (accepted contributions and the owner's base training data) are counted and left out of
+   valuation. A contribution whose novel rows are less than `INTEGRITY_MIN_NOVEL_SHARE`
+   (default 5 %) of its rows is rejected as already contributed.
 3. Labels (`pipeline.checks.labels`): the novel rows' labels are checked against the current model
    and against their own cross-validated predictions; far more disagreement than the reference
    data shows quarantines the contribution (`rejected`, the figures in the reason).
@@ -50,7 +50,7 @@ from pipeline.checks.fingerprint_files import (
     FingerprintSummary,
 )
 from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows, target_codes
-from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_mask
+from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_base_mask, known_mask
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.evaluation.batches import load_frame
 from pipeline.evaluation.datasets import accepted_items
@@ -197,6 +197,7 @@ class IntegrityReport:
     copy_rule: str
     min_novel_share: float
     label_check: str  # measured | not measured: why
+    known_base_rows: int = 0  # of `known_rows`, those in the owner's base training data
 
     @property
     def novel_rows(self) -> int:
@@ -254,9 +255,15 @@ class IntegrityReport:
                 "and the rows are not used for training"
             )
         if self.already_contributed:
+            where = (
+                f"the model already trains on ({self.known_base_rows} of them in the owner's "
+                "base training data)"
+                if self.known_base_rows
+                else "already accepted for this model"
+            )
             return (
                 f"already contributed: {self.known_rows} of {self.rows} rows duplicate rows "
-                f"already accepted for this model ({self.novel_rows} new rows; at least "
+                f"{where} ({self.novel_rows} new rows; at least "
                 f"{self.min_novel_share:.0%} must be new)"
             )
         if self.quarantined:
@@ -278,6 +285,7 @@ class IntegrityReport:
             "copy_rule": leak.tier if leak else None,
             "benchmark_version": leak.benchmark_version if leak else None,
             "known_rows": self.known_rows,
+            "known_base_rows": self.known_base_rows,
             "novel_rows": self.novel_rows,
             "novel_share": round(self.novel_share, 4),
             "label_disagreement": round(labels.disagreement, 4) if labels else None,
@@ -361,23 +369,29 @@ class ModelIntegrity:
                 latest, latest_keys = fingerprints.summary, keys
             if worst is None or leak.copies - leak.allowed > worst.copies - worst.allowed:
                 worst, rule = leak, copy_rule(leak.tier, fingerprints.scheme)
-        known = 0
+        known = known_base = 0
         novel = frame
         if latest is not None and latest_keys is not None:
             if self._accepted_keys is None:
                 self._accepted_keys = accepted_keys(self.svc, self.model_id, latest.scheme)
             mask = known_mask(latest_keys, self._accepted_keys, latest)
             known = int(mask.sum())
+            known_base = int(known_base_mask(latest_keys, self._accepted_keys, latest).sum())
             novel = frame[~mask].reset_index(drop=True)
         report = IntegrityReport(
-            rows, worst, known, None, rule, settings.integrity_min_novel_share, "not measured"
+            rows,
+            worst,
+            known,
+            None,
+            rule,
+            settings.integrity_min_novel_share,
+            "not measured",
+            known_base,
         )
         if report.leaked or report.already_contributed or latest is None:
             return report
         labels, note = self._labels(novel, latest.scheme, job_id)
-        return IntegrityReport(
-            rows, worst, known, labels, rule, settings.integrity_min_novel_share, note
-        )
+        return replace(report, labels=labels, label_check=note)
 
     def _any_label(
         self, ref: BenchmarkRef, fingerprints: Fingerprints, frame: pd.DataFrame

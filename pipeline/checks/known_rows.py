@@ -1,13 +1,16 @@
-"""Known rows: rows of a contribution that duplicate rows the model has already accepted.
+"""Known rows: rows of a contribution that duplicate rows the model already trains on.
 
-Rows that match rows of the model's accepted training data (`accepted_items`: any earlier
-accepted contribution, from anyone) are counted and left out of valuation (`novel_rows`). Only
-tiers whose chance rate, scaled to the accepted data's size, is at most `KNOWN_CHANCE_MAX`
-decide per row, so honest rows of a dense table are not taken for copies.
+Rows that match rows of the model's training data — its accepted contributions
+(`accepted_items`: any earlier accepted contribution, from anyone) and the owner's base training
+data (the newest benchmark file's non-evaluation rows, `pipeline.evaluation.datasets`) — are
+counted and left out of valuation (`novel_rows`): they earn nothing. Only tiers whose chance
+rate, scaled to the training data's size, is at most `KNOWN_CHANCE_MAX` decide per row, so
+honest rows of a dense table are not taken for copies.
 
 Accepted rows' fingerprints are derived from the accepted versions when needed and cached per
 version and scheme in the object store (`integrity/{model_id}/accepted/...`, outside
-`datasets/`, so no arrival is triggered); the cache is written atomically and is a pure
+`datasets/`, so no arrival is triggered), the base data's per benchmark version and scheme
+(`integrity/{model_id}/{version}/base-...`); the cache is written atomically and is a pure
 function of an immutable version, so concurrent runs can only write the same bytes, and which
 versions count is read from the database each time.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +28,7 @@ import pandas as pd
 
 from pipeline.checks.benchmark_fingerprints import (
     PREFIX,
+    BenchmarkRef,
     benchmark_summary,
     ensure_benchmark_fingerprints,
     model_benchmarks,
@@ -31,7 +36,7 @@ from pipeline.checks.benchmark_fingerprints import (
 from pipeline.checks.fingerprint_files import FingerprintSummary
 from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
 from pipeline.evaluation.batches import VersionItem, load_frame
-from pipeline.evaluation.datasets import accepted_items
+from pipeline.evaluation.datasets import accepted_items, benchmark_base_rows
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -48,18 +53,41 @@ def accepted_keys_key(model_id: int, dataset_version_id: int, scheme: Scheme) ->
     return f"{PREFIX}/{model_id}/accepted/{dataset_version_id}-{scheme.digest}.npy"
 
 
+def base_keys_key(ref: BenchmarkRef, scheme: Scheme) -> str:
+    return f"{PREFIX}/{ref.model_id}/{ref.version}/base-{scheme.digest}.npy"
+
+
 @dataclass(frozen=True)
 class AcceptedKeys:
-    """The distinct keys of the model's accepted rows under one scheme, per tier."""
+    """The distinct keys of the rows the model trains on under one scheme, per tier: accepted
+    contributions and base data together (`tier_keys`), and the base data alone."""
 
     scheme: Scheme
     rows: int
     tier_keys: list[np.ndarray]
+    base_rows: int = 0
+    base_tier_keys: list[np.ndarray] | None = None
 
 
 def accepted_row_keys(svc: Services, item: VersionItem, scheme: Scheme) -> np.ndarray:
     """(rows, tiers) keys of one accepted version's rows; cached in the object store."""
     key = accepted_keys_key(item.model_id, item.dataset_version_id, scheme)
+    return _cached_keys(svc, key, scheme, lambda: load_frame(svc.store, item))
+
+
+def base_row_keys(svc: Services, ref: BenchmarkRef, scheme: Scheme) -> np.ndarray:
+    """(rows, tiers) keys of a benchmark version's base rows; cached in the object store."""
+
+    def base() -> pd.DataFrame:
+        return benchmark_base_rows(load_frame(svc.store, ref.item), ref.eval_split)
+
+    return _cached_keys(svc, base_keys_key(ref, scheme), scheme, base)
+
+
+def _cached_keys(
+    svc: Services, key: str, scheme: Scheme, frame: Callable[[], pd.DataFrame]
+) -> np.ndarray:
+    """The (rows, tiers) keys cached under `key`, computed from `frame()` when missing."""
     if svc.store.exists(key):
         try:
             with svc.store.open(key) as fh:
@@ -68,8 +96,13 @@ def accepted_row_keys(svc: Services, item: VersionItem, scheme: Scheme) -> np.nd
                 return np.asarray(cached, dtype=np.uint64)
         except (OSError, ValueError):
             log.warning("ignoring an unreadable fingerprint cache %s", key)
-    keys = frame_keys(scheme, load_frame(svc.store, item), probes=False)
-    table = np.column_stack([keys.keys(t) for t in range(len(scheme.tiers))])
+    rows = frame()
+    tiers = len(scheme.tiers)
+    if rows.empty:
+        table = np.empty((0, tiers), dtype=np.uint64)
+    else:
+        keys = frame_keys(scheme, rows, probes=False)
+        table = np.column_stack([keys.keys(t) for t in range(tiers)])
     buffer = io.BytesIO()
     np.save(buffer, table, allow_pickle=False)
     svc.store.put_bytes(key, buffer.getvalue())
@@ -87,31 +120,62 @@ def record_accepted_fingerprints(svc: Services, item: VersionItem) -> None:
 def accepted_keys(
     svc: Services, model_id: int, scheme: Scheme, *, exclude_job: str | None = None
 ) -> AcceptedKeys:
-    """The distinct keys of the model's accepted rows, the contribution `exclude_job` aside."""
+    """The distinct keys of the rows the model trains on: its accepted rows (the contribution
+    `exclude_job` aside) and the newest benchmark's base rows."""
     tables = [
         accepted_row_keys(svc, item, scheme)
         for item in accepted_items(svc.db, model_id, exclude=(exclude_job,))
     ]
+    refs = model_benchmarks(svc, model_id)
+    base = base_row_keys(svc, refs[0], scheme) if refs else None
     tiers = len(scheme.tiers)
+    if base is not None and len(base):
+        tables.append(base)
     if not tables:
         return AcceptedKeys(scheme, 0, [np.empty(0, dtype=np.uint64) for _ in range(tiers)])
     stacked = np.concatenate(tables)
-    return AcceptedKeys(scheme, len(stacked), [np.unique(stacked[:, t]) for t in range(tiers)])
+    return AcceptedKeys(
+        scheme,
+        len(stacked),
+        [np.unique(stacked[:, t]) for t in range(tiers)],
+        len(base) if base is not None else 0,
+        [np.unique(base[:, t]) for t in range(tiers)] if base is not None and len(base) else None,
+    )
 
 
-def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
-    """Rows matching accepted rows in a tier that is informative at the accepted data's size."""
-    known = np.zeros(keys.rows, dtype=bool)
-    if accepted.rows == 0 or keys.rows == 0:
-        return known
+def _deciding_tiers(accepted: AcceptedKeys, benchmark: FingerprintSummary) -> list[int]:
+    """The tiers informative at the training data's size (module docstring)."""
     scale = accepted.rows / max(1, benchmark.rows)
-    tiers = [
+    return [
         t
         for t, summary in enumerate(benchmark.tiers)
         if min(1.0, summary.chance_rate * scale) <= KNOWN_CHANCE_MAX
     ]
-    matched = match_rows(keys, accepted.tier_keys)
-    for tier in tiers:
+
+
+def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
+    """Rows matching training rows in a tier that is informative at the training data's size."""
+    return _matching(keys, accepted, benchmark, accepted.tier_keys)
+
+
+def known_base_mask(
+    keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary
+) -> np.ndarray:
+    """The rows of `known_mask` that match the owner's base training data."""
+    return _matching(keys, accepted, benchmark, accepted.base_tier_keys)
+
+
+def _matching(
+    keys: RowKeys,
+    accepted: AcceptedKeys,
+    benchmark: FingerprintSummary,
+    tier_keys: list[np.ndarray] | None,
+) -> np.ndarray:
+    known = np.zeros(keys.rows, dtype=bool)
+    if accepted.rows == 0 or keys.rows == 0 or tier_keys is None:
+        return known
+    matched = match_rows(keys, tier_keys)
+    for tier in _deciding_tiers(accepted, benchmark):
         known |= matched[tier]
     return known
 

@@ -39,7 +39,7 @@ import pandas as pd
 
 from pipeline.checks.canonical_cells import canonical_text
 from pipeline.core.errors import DomainError
-from pipeline.models.estimators import build_estimator
+from pipeline.models.estimators import Recipe, build_estimator
 
 FOLDS = 3
 MAX_ROWS = 2_000
@@ -141,7 +141,7 @@ def _splitter(task_type: str, y: np.ndarray) -> Any | None:
 
 
 def _out_of_fold(
-    task_type: str, estimator: str, x: pd.DataFrame, y: np.ndarray
+    task_type: str, estimator: str | Recipe, x: pd.DataFrame, y: np.ndarray
 ) -> np.ndarray | None:
     """Out-of-fold predictions, None when the rows cannot be cross-validated."""
     # sklearn (over a second to import) stays lazy: the API imports this module (integrity).
@@ -152,7 +152,11 @@ def _out_of_fold(
         return None
     try:
         predicted: np.ndarray = cross_val_predict(
-            build_estimator(estimator, task_type), x, y, cv=splitter
+            # The smallest training fold bounds a neighbours estimator's k.
+            build_estimator(estimator, task_type, rows=len(y) - len(y) // FOLDS - 1),
+            x,
+            y,
+            cv=splitter,
         )
     except ValueError:
         # A fold without one of the classes, or columns a fold holds no value of.
@@ -162,7 +166,7 @@ def _out_of_fold(
 
 def _self_rates(
     task_type: str,
-    estimator: str,
+    estimator: str | Recipe,
     reference: tuple[pd.DataFrame, np.ndarray],
     contribution: tuple[pd.DataFrame, np.ndarray],
 ) -> tuple[float | None, float | None]:
@@ -184,7 +188,7 @@ def check_labels(
     contribution: pd.DataFrame,
     *,
     task_type: str,
-    estimator: str,
+    estimator: str | Recipe,
     features: Sequence[str],
     target: str,
     margin: float,
@@ -206,7 +210,7 @@ def check_labels(
     reference_oof = _out_of_fold(task_type, estimator, ref_x, ref_y)
     if reference_oof is None:
         return None
-    model = build_estimator(estimator, task_type)
+    model = build_estimator(estimator, task_type, rows=len(ref_y))
     try:
         model.fit(ref_x, ref_y)
     except ValueError as exc:

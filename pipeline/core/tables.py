@@ -108,6 +108,9 @@ class Model(Base):
     task_type: Mapped[str] = mapped_column(String(20))  # classification | regression
     target_column: Mapped[str] = mapped_column(String(200))
     estimator: Mapped[str] = mapped_column(String(100))
+    # The whole recipe (estimator, parameters, preprocessing: pipeline.models.estimators.Recipe);
+    # None for models registered before recipes, whose recipe is `estimator` alone.
+    recipe: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     data_spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     example_row: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Bumped whenever the data-spec changes, so compiled validators are cached per spec version.
@@ -305,6 +308,9 @@ class Evaluation(Base):
     resamples: Mapped[int | None] = mapped_column(Integer, nullable=True)
     batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     batch_rows: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Rows of the owner's base training data (the benchmark file's non-evaluation split) that
+    # both the "with" and the "without" model were trained on.
+    base_rows: Mapped[int | None] = mapped_column(Integer, nullable=True)
     valuation_method: Mapped[str | None] = mapped_column(String(20), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

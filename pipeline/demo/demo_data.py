@@ -5,6 +5,9 @@ relationship between the features and the target, so a model trained on the cont
 the trivial baseline (majority class, or mean) on the benchmark by a clear margin:
 
 - the demo model (`customer-churn`) uses its own generator (`pipeline.demo.churn_data`);
+- the second demo model (`loan-default`) too (`pipeline.demo.loan_data`), and its benchmark
+  carries a `split` column: a quarter of its rows (`train`) are the owner's base training data,
+  so the contribution improves a model that is already trained, by a few percent;
 - any other model with a flat data-spec gets rows drawn from the data-spec itself (ranges,
   enums, booleans) and a target computed from a seeded linear score of the features.
 
@@ -27,6 +30,7 @@ from typing import Any
 
 from pipeline.core.errors import InvalidInput
 from pipeline.demo.churn_data import churn_probability, churn_rows
+from pipeline.demo.loan_data import DEMO_LOAN_MODEL_NAME, loan_row, with_splits
 from pipeline.models.dataspec import RowValidator
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.manifests import parse_manifest
@@ -99,7 +103,7 @@ def make_demo_data(
         raise InvalidInput(f"a benchmark needs at least {MIN_BENCHMARK_ROWS} rows")
     if contribution_rows < MIN_CONTRIBUTION_ROWS:
         raise InvalidInput(f"a contribution needs at least {MIN_CONTRIBUTION_ROWS} rows")
-    draw = _churn_draw if _is_churn_demo(model) else SpecGenerator(model).draw
+    draw = _demo_draw(model)
     target = model.target_column
     # Separate streams: the benchmark and the contribution never share a random sequence.
     taken: set[Features] = set()
@@ -114,6 +118,9 @@ def make_demo_data(
             raise InvalidInput(f"demo {name} row fails the data-spec: {errors[0].path}: "
                                f"{errors[0].message}")  # fmt: skip
     columns = [name for name in model.data_spec.get("properties", {}) if name in benchmark[0]]
+    if draw is loan_row:
+        benchmark = with_splits(benchmark)
+        columns.append("split")
     return DemoData(benchmark, contribution, demo_manifest(model, seed), columns)
 
 
@@ -154,14 +161,24 @@ def _distinct(
 # --- the demo model ---------------------------------------------------------------------------
 
 
-def _is_churn_demo(model: DemoModel) -> bool:
-    properties = model.data_spec.get("properties", {})
-    sample = churn_rows(1, seed=0)[0]
-    return (
+def _demo_draw(model: DemoModel) -> Draw:
+    """The demo model's own generator when `model` is one of them, else the data-spec's."""
+    properties = set(model.data_spec.get("properties", {}))
+    churn = churn_rows(1, seed=0)[0]
+    if (
         model.name == DEMO_MODEL_NAME
         and model.target_column == "churned"
-        and set(sample) <= set(properties)
-    )
+        and set(churn) <= properties
+    ):
+        return _churn_draw
+    loan = loan_row(random.Random(0))
+    if (
+        model.name == DEMO_LOAN_MODEL_NAME
+        and model.target_column == "defaulted"
+        and set(loan) <= properties
+    ):
+        return loan_row
+    return SpecGenerator(model).draw
 
 
 def _churn_draw(rng: random.Random, likely: bool) -> Row:

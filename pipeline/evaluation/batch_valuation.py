@@ -1,8 +1,9 @@
 """Valuation of a batch's contributions together, and the verdict written for each.
 
 The contributions of a run that passed the checks (`validating`) move to `evaluating` and are
-valued together on the model's newest benchmark against the model trained on the accepted
-data (`pipeline.rewards.valuation`): the batch's improvement is the pool, each contribution's share
+valued together on the model's newest benchmark against the model trained on the owner's base
+training data and the accepted data (`pipeline.evaluation.datasets`,
+`pipeline.rewards.valuation`): the batch's improvement is the pool, each contribution's share
 is its Shapley value among the batch's contributions. A contribution with a positive share in
 a batch whose improvement interval lies above 0 stays `evaluating` with "rewards pending"
 (`pipeline.rewards.payouts` pays the batch); one whose share is not positive, or every one of a
@@ -94,7 +95,7 @@ def value_contributions(
         return [outcomes[item.version] for item in items]
     players = _players(svc, frames, scorer, claimed, outcomes)
     if players:
-        _value_and_record(svc, batch, spec.id, (scorer, bench, base), players, outcomes)
+        _value_and_record(svc, batch, (scorer, bench, base), players, outcomes)
     return [outcomes[item.version] for item in items]
 
 
@@ -131,7 +132,8 @@ def _valuation_inputs(
     spec: BenchmarkSpec,
     claimed: Sequence[VersionItem],
 ) -> tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None]:
-    """The scorer on the benchmark, the benchmark, and the accepted rows (claimed ones aside)."""
+    """The scorer on the benchmark, the benchmark, and the training rows of the "without" model:
+    the owner's base data and the accepted rows (the claimed contributions aside)."""
     task_type, estimator = model_settings(svc.db, batch.model_id)
     bench = frames.benchmark(spec)
     scorer = BenchmarkScorer(
@@ -143,8 +145,8 @@ def _valuation_inputs(
         metric_name=bench.metric_name,
     )
     claimed_jobs = {item.contribution_id for item in claimed}
-    base = concat_frames(frames.many(accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)))
-    return scorer, bench, base
+    accepted = frames.many(accepted_items(svc.db, batch.model_id, exclude=claimed_jobs))
+    return scorer, bench, bench.training_frame(accepted)
 
 
 def _players(
@@ -180,7 +182,6 @@ def _players(
 def _value_and_record(
     svc: Services,
     batch: Batch,
-    spec_id: str,
     inputs: tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None],
     players: Players,
     outcomes: dict[str, EvaluationOutcome],
@@ -196,7 +197,7 @@ def _value_and_record(
     if valuation is None:
         return
     try:
-        outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation))
+        outcomes.update(_record_valuation(svc, batch, bench, players, valuation))
     except (_LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.
         log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
@@ -269,7 +270,7 @@ def _fail(svc: Services, item: VersionItem, exc: Exception) -> EvaluationOutcome
 
 
 def _record_valuation(
-    svc: Services, batch: Batch, spec_id: str, players: Players, valuation: BatchValuation
+    svc: Services, batch: Batch, bench: BenchmarkData, players: Players, valuation: BatchValuation
 ) -> dict[str, EvaluationOutcome]:
     """Write every player's Evaluation and job verdict in one transaction (all or nothing)."""
     valuation_id = new_uuid()
@@ -277,19 +278,19 @@ def _record_valuation(
     with svc.db.session() as session:
         fence(session, svc, batch.model_id, batch.claim, strict=batch.model_held)
         for key, (item, player) in players.items():
-            evaluation = _evaluation_row(batch, spec_id, item, valuation, valuation_id, key)
+            evaluation = _evaluation_row(batch, bench, item, valuation, valuation_id, key)
             session.add(evaluation)
             session.flush()
             _write_verdict(
                 session, key, valuation, _valuation_detail(valuation, evaluation, player)
             )
-            outcomes[item.version] = _valued_outcome(evaluation.id, item, valuation, key)
+            outcomes[item.version] = _valued_outcome(evaluation, item, valuation, key)
     return outcomes
 
 
 def _evaluation_row(
     batch: Batch,
-    spec_id: str,
+    bench: BenchmarkData,
     item: VersionItem,
     valuation: BatchValuation,
     valuation_id: str,
@@ -300,7 +301,7 @@ def _evaluation_row(
     return Evaluation(
         model_id=batch.model_id,
         dataset_version_id=item.dataset_version_id,
-        benchmark_spec_id=spec_id,
+        benchmark_spec_id=bench.spec_id,
         trigger=batch.trigger,
         metric_name=valuation.metric_name,
         metric_direction=valuation.direction,
@@ -316,6 +317,7 @@ def _evaluation_row(
         resamples=interval.resamples if interval else None,
         batch_size=valuation.players,
         batch_rows=valuation.accepted_rows,
+        base_rows=bench.base_rows,
         valuation_method=valuation.method,
     )
 
@@ -340,6 +342,7 @@ def _valuation_detail(
         "batch_size": valuation.players,
         "batch_rows": valuation.accepted_rows,
         "valued_rows": player.rows,
+        "base_rows": evaluation.base_rows,
     }
 
 
@@ -352,18 +355,20 @@ def _write_verdict(
         # Shares only add up to the pool as a whole: nothing of the batch is written.
         raise _LeftEvaluating(f"contribution {key} left `evaluating` meanwhile")
     job.status = EVALUATING if key in valuation.accepted else REJECTED
-    job.reason = valuation_reason(valuation, key)
+    job.reason = valuation_reason(valuation, key) + known_rows_note(
+        job.quality, detail["valued_rows"]
+    )
     job.improvement_pct = valuation.shares[key]
     job.updated_at = utcnow()
     job.quality = {**(job.quality or {}), "valuation": detail}
 
 
 def _valued_outcome(
-    evaluation_id: str, item: VersionItem, valuation: BatchValuation, key: str
+    evaluation: Evaluation, item: VersionItem, valuation: BatchValuation, key: str
 ) -> EvaluationOutcome:
     interval = valuation.interval
     return EvaluationOutcome(
-        evaluation_id,
+        evaluation.id,
         item.version,
         "contribution",
         metric_name=valuation.metric_name,
@@ -376,6 +381,21 @@ def _valued_outcome(
         interval_low=interval.low if interval else None,
         interval_high=interval.high if interval else None,
         batch_size=valuation.players,
+        base_rows=evaluation.base_rows,
+    )
+
+
+def known_rows_note(quality: dict[str, Any] | None, valued_rows: int) -> str:
+    """Why some of a contribution's rows were not valued: the model already trains on them."""
+    integrity = (quality or {}).get("integrity") or {}
+    rows = integrity.get("rows") or 0
+    if valued_rows >= rows:
+        return ""
+    known = rows - valued_rows
+    base = min(known, integrity.get("known_base_rows") or 0)
+    where = f" ({base} in the owner's base training data)" if base else ""
+    return (
+        f"; {known} of {rows} rows are already in the model's training data{where} and earn nothing"
     )
 
 

@@ -1,5 +1,12 @@
-"""What a scoring step reads: the model's accepted training versions, its newest benchmark and
-the benchmark's evaluation rows, each dataset frame read once per step.
+"""What a scoring step reads: the model's accepted training versions, its newest benchmark, the
+benchmark's evaluation rows and the owner's base training data, each dataset frame read once per
+step.
+
+The owner's **base training data** is the rows of the benchmark file whose `split` is not the
+benchmark's `eval_split` (conventionally `train`): the model the owner already has is trained on
+them, so every evaluation trains on base + accepted rows ("without") and base + accepted + the
+batch ("with"). A file without a `split` column has no base data. The base data belongs to the
+benchmark version: a new benchmark version replaces it with its own.
 
 Accepted training rows are the rows of contributions accepted by a valuation: status
 `rewarded`, or `evaluating` with a positive share (valued, rewards pending). Rows rejected are
@@ -23,6 +30,8 @@ from pipeline.core.errors import DomainError, InvalidInput
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, load_frame, version_item
 from pipeline.evaluation.jobs import accepted_contribution
+from pipeline.models.estimators import Recipe
+from pipeline.models.registry import model_recipe
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -38,6 +47,15 @@ class BenchmarkData:
     target_column: str
     input_columns: list[str]
     frame: pd.DataFrame  # rows of the evaluation split
+    base: pd.DataFrame  # the owner's base training data: the other splits' rows
+
+    @property
+    def base_rows(self) -> int:
+        return len(self.base)
+
+    def training_frame(self, accepted: Sequence[pd.DataFrame]) -> pd.DataFrame | None:
+        """The base data followed by the accepted rows; None when both are empty."""
+        return concat_frames([self.base, *accepted])
 
 
 class DatasetFrames:
@@ -70,16 +88,15 @@ class DatasetFrames:
                 dv = session.get(DatasetVersion, spec.dataset_version_id)
             if dv is None:
                 raise DomainError(f"benchmark {spec.id} has no dataset version")
-            frame = benchmark_eval_rows(
-                load_frame(self.svc.store, version_item(dv)), spec.eval_split
-            )
+            whole = load_frame(self.svc.store, version_item(dv))
             self._benchmarks[spec.id] = BenchmarkData(
                 spec.id,
                 spec.metric_name,
                 spec.metric_direction,
                 spec.target_column,
                 list(spec.input_columns or []),
-                frame,
+                benchmark_eval_rows(whole, spec.eval_split),
+                benchmark_base_rows(whole, spec.eval_split),
             )
         return self._benchmarks[spec.id]
 
@@ -98,6 +115,17 @@ def benchmark_eval_rows(frame: pd.DataFrame, eval_split: str) -> pd.DataFrame:
     rows = frame[frame[SPLIT_COLUMN].astype(str) == eval_split]
     if rows.empty:
         raise DomainError(f"the benchmark has no rows with split {eval_split!r}")
+    return rows.drop(columns=[SPLIT_COLUMN]).reset_index(drop=True)
+
+
+def benchmark_base_rows(frame: pd.DataFrame, eval_split: str) -> pd.DataFrame:
+    """The owner's base training data: the rows of every other split (module docstring).
+
+    Without a `split` column, none. The split column itself is dropped.
+    """
+    if SPLIT_COLUMN not in frame.columns:
+        return frame.iloc[0:0]
+    rows = frame[frame[SPLIT_COLUMN].astype(str) != eval_split]
     return rows.drop(columns=[SPLIT_COLUMN]).reset_index(drop=True)
 
 
@@ -127,13 +155,13 @@ def accepted_items(
     return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
 
 
-def model_settings(db: Database, model_id: int) -> tuple[str, str]:
-    """The model's task type and estimator."""
+def model_settings(db: Database, model_id: int) -> tuple[str, Recipe]:
+    """The model's task type and recipe."""
     with db.session() as session:
         model = session.get(Model, model_id)
         if model is None:
             raise InvalidInput(f"model {model_id} not found")
-        return model.task_type, model.estimator
+        return model.task_type, model_recipe(model)
 
 
 def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame | None:

@@ -24,6 +24,7 @@ class EvaluationOutcome:
     interval_low: float | None = None
     interval_high: float | None = None
     batch_size: int | None = None
+    base_rows: int | None = None  # the owner's base training data the model was trained on
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

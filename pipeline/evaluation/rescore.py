@@ -1,4 +1,5 @@
-"""Re-scores of a model: the model trained on all accepted rows, scored on a benchmark.
+"""Re-scores of a model: the model trained on the owner's base data and all accepted rows,
+scored on a benchmark.
 
 A benchmark version, a scheduled run or a run with nothing pending re-scores the model
 (`rescore_model`); each re-score records an Evaluation, the model's metric history.
@@ -22,7 +23,6 @@ from pipeline.evaluation.datasets import (
     BenchmarkData,
     DatasetFrames,
     accepted_items,
-    concat_frames,
     latest_benchmark,
     model_settings,
 )
@@ -85,7 +85,8 @@ def rescore_model(
     frames: DatasetFrames | None = None,
     batch: Batch | None = None,
 ) -> EvaluationOutcome | None:
-    """Score the model trained on all accepted rows; records an Evaluation (metric history).
+    """Score the model trained on the benchmark's base data and all accepted rows; records an
+    Evaluation (metric history).
 
     `baseline_score` is the trivial baseline (majority class or mean) and `improvement_pct`
     the model's gain over it. Returns None when the model has no benchmark. Recorded like a
@@ -98,10 +99,10 @@ def rescore_model(
         return None
     task_type, estimator = model_settings(svc.db, model_id)
     bench = frames.benchmark(spec)
-    accepted = concat_frames(frames.many(accepted_items(svc.db, model_id)))
+    training = bench.training_frame(frames.many(accepted_items(svc.db, model_id)))
     result = evaluate_contribution(
         None,
-        accepted if accepted is not None else pd.DataFrame(),
+        training if training is not None else pd.DataFrame(),
         bench.frame,
         task_type=task_type,
         estimator=estimator,
@@ -129,7 +130,12 @@ def rescore_model(
         baseline_score=result.score_without,
         improvement_pct=result.improvement_pct,
         detail=f"{bench.metric_name} {result.score_with:.4f} trained on "
-        f"{result.train_rows_with} accepted rows",
+        + (
+            f"{result.train_rows_with} rows ({bench.base_rows} of the owner's base data)"
+            if bench.base_rows
+            else f"{result.train_rows_with} accepted rows"
+        ),
+        base_rows=bench.base_rows,
     )
 
 
@@ -159,6 +165,7 @@ def _record_rescore(
             baseline_score=result.score_without,
             improvement_pct=result.improvement_pct,
             run_id=run_id,
+            base_rows=bench.base_rows,
         )
         session.add(evaluation)
         session.flush()

@@ -28,14 +28,15 @@ from pipeline.evaluation.metrics import (
     metric_score,
     sorted_labels,
 )
-from pipeline.models.estimators import build_estimator, validate_estimator
+from pipeline.models.estimators import Recipe, as_recipe, build_estimator, validate_estimator
 
 
 class ScoringOptions(TypedDict):
     """How a model is trained and scored on a benchmark (keyword arguments of the scorer)."""
 
     task_type: str
-    estimator: str
+    # A recipe, or an estimator's name (its recipe without parameters).
+    estimator: str | Recipe
     target_column: str
     # Empty or None: every benchmark column other than the target that the training frame has.
     input_columns: NotRequired[Sequence[str] | None]
@@ -52,14 +53,14 @@ class BenchmarkScorer:
     """
 
     def __init__(self, benchmark_df: pd.DataFrame, **options: Unpack[ScoringOptions]) -> None:
-        task_type, estimator = options["task_type"], options["estimator"]
+        task_type, recipe = options["task_type"], as_recipe(options["estimator"])
         target_column, metric_name = options["target_column"], options["metric_name"]
         metric = METRICS.get(metric_name)
         if metric is None:
             raise InvalidInput(
                 f"unknown metric_name {metric_name!r}; expected one of {', '.join(METRICS)}"
             )
-        validate_estimator(estimator, task_type)
+        validate_estimator(recipe.estimator, task_type)
         if metric.task_type != task_type:
             raise InvalidInput(
                 f"metric {metric_name!r} is a {metric.task_type} metric; the model is {task_type}"
@@ -71,7 +72,7 @@ class BenchmarkScorer:
             raise Unprocessable(f"the benchmark has no rows with a {target_column!r} value")
         self.metric = metric
         self.task_type = task_type
-        self.estimator = estimator
+        self.recipe = recipe
         self.target_column = target_column
         self.input_columns = list(options.get("input_columns") or [])
         self.bench = bench
@@ -95,7 +96,7 @@ class BenchmarkScorer:
         train = self.labelled(train_df)
         columns = _input_columns(train, self.bench, self.target_column, self.input_columns)
         predictor = _fit(
-            train, self.bench, columns, self.task_type, self.estimator, self.target_column
+            train, self.bench, columns, self.task_type, self.recipe, self.target_column
         )
         x_bench = self.bench[columns]
         name = self.metric.name
@@ -179,7 +180,7 @@ def _fit(
     bench: pd.DataFrame,
     columns: list[str],
     task_type: str,
-    estimator: str,
+    recipe: Recipe,
     target_column: str,
 ) -> Any:
     if train.empty:
@@ -188,13 +189,13 @@ def _fit(
     single_class = task_type == "classification" and y.nunique() < 2
     if single_class or not columns:
         return _Constant(_best_constant(y, task_type))
-    pipeline = build_estimator(estimator, task_type)
+    pipeline = build_estimator(recipe, task_type, rows=len(train))
     try:
         pipeline.fit(train[columns], y.to_numpy())
     except ValueError as exc:
         # Typically a classification target holding continuous numbers.
         raise Unprocessable(
-            f"the {estimator} estimator cannot be trained on this training data"
+            f"the {recipe.estimator} estimator cannot be trained on this training data"
         ) from exc
     return pipeline
 

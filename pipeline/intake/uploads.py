@@ -257,6 +257,7 @@ def fingerprint_received(
         target_column=form.target_column,
         input_columns=form.input_columns,
         task_type=task_type,
+        eval_split=form.eval_split,
         out=out,
         tmp_root=folder,
     )

@@ -1,46 +1,177 @@
-"""Baseline estimators a model definition may name, and the preprocessing pipeline around them.
+"""Estimators a model's recipe may name, the recipe itself, and the pipeline built from it.
 
-Every estimator is wrapped in the same tabular preprocessing, chosen from the training frame's
-dtypes when the pipeline is fitted:
+A *recipe* is an estimator name from `CATALOG`, the owner's parameters for it (checked at
+registration by `pipeline.models.recipe_checks`) and the preprocessing in front of it
+(`pipeline.models.preprocessing`). Every fit is deterministic: each estimator's seed and thread
+count are fixed by the catalog (`fixed`, which an owner cannot change), so the same data always
+yields the same model, and so the same score and reward.
 
-- numeric columns: median imputation, then standard scaling;
-- every other column (strings, booleans, categoricals): most-frequent imputation, then one-hot
-  encoding that ignores categories unseen in training.
+HistGradientBoosting turns early stopping on by itself above 10,000 rows, holding out a
+validation split of the training rows: the "with" and "without" fits of a valuation would then
+stop at different iteration counts for a reason that is not the contribution. The catalog turns
+it off (`defaults`); an owner who sets `early_stopping` keeps their choice (the split is still
+seeded).
 
-scikit-learn (over a second to import) is imported only when a pipeline is built, and pandas
-(~0.3 s) only when one runs: the API and the CLI import this module to validate model
+scikit-learn (over a second to import) and LightGBM are imported only when a pipeline is built,
+and pandas only when one runs: the API and the CLI import this module to validate model
 definitions, which must not pay for either.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pipeline.core.errors import InvalidInput
+from pipeline.models.preprocessing import build_preprocessor
 
 if TYPE_CHECKING:
-    import pandas as pd
     from sklearn.pipeline import Pipeline
 
 TaskType = Literal["classification", "regression"]
 TASK_TYPES: tuple[TaskType, ...] = get_args(TaskType)
 
-# Fixed so that the same data always yields the same model, and so the same score and reward.
 RANDOM_STATE = 0
+# One thread per fit: a valuation fits many coalitions on its own worker threads, and a
+# multi-threaded LightGBM histogram is not bit-for-bit reproducible across thread counts
+# (HistGradientBoosting: pipeline.models.single_thread).
+THREADS = 1
+DEFAULT_TEXT_FEATURES = 1000
 
-# One-hot columns per categorical feature are capped: an ID-like string column would otherwise
-# add one column per row; the rarest categories share one "infrequent" column instead.
-MAX_CATEGORIES = 50
 
-ESTIMATORS: dict[str, tuple[TaskType, ...]] = {
-    "logistic_regression": ("classification",),
-    "random_forest_classifier": ("classification",),
-    "gradient_boosting_classifier": ("classification",),
-    "linear_regression": ("regression",),
-    "ridge": ("regression",),
-    "random_forest_regressor": ("regression",),
+@dataclass(frozen=True)
+class EstimatorKind:
+    """One catalog entry: where the class is, and the parameters the marketplace sets."""
+
+    task: TaskType
+    cls: str  # "module:Class"
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # the owner cannot change these
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the owner may override these
+    dense: bool = False  # refuses sparse input: the preprocessing hands it a dense matrix
+    neighbours: bool = False  # n_neighbors is capped at the training rows
+    openmp: bool = False  # threads only through OpenMP: limited around each fit and prediction
+
+    def load(self) -> type[Any]:
+        module, name = self.cls.split(":")
+        loaded: type[Any] = getattr(import_module(module), name)
+        return loaded
+
+
+_SEEDED = {"random_state": RANDOM_STATE}
+_LIGHTGBM = {
+    "random_state": RANDOM_STATE,
+    "n_jobs": THREADS,
+    "deterministic": True,
+    "force_row_wise": True,
+    "verbose": -1,
 }
+
+CATALOG: dict[str, EstimatorKind] = {
+    # The default 100 iterations do not always converge on unscaled one-hot mixes.
+    "logistic_regression": EstimatorKind(
+        "classification", "sklearn.linear_model:LogisticRegression", _SEEDED, {"max_iter": 1000}
+    ),
+    "random_forest_classifier": EstimatorKind(
+        "classification",
+        "sklearn.ensemble:RandomForestClassifier",
+        {**_SEEDED, "n_jobs": THREADS},
+    ),
+    "gradient_boosting_classifier": EstimatorKind(
+        "classification", "sklearn.ensemble:GradientBoostingClassifier", _SEEDED
+    ),
+    "hist_gradient_boosting_classifier": EstimatorKind(
+        "classification",
+        "sklearn.ensemble:HistGradientBoostingClassifier",
+        _SEEDED,
+        {"early_stopping": False},
+        dense=True,
+        openmp=True,
+    ),
+    "lightgbm_classifier": EstimatorKind("classification", "lightgbm:LGBMClassifier", _LIGHTGBM),
+    "knn_classifier": EstimatorKind(
+        "classification",
+        "sklearn.neighbors:KNeighborsClassifier",
+        {"n_jobs": THREADS},
+        neighbours=True,
+    ),
+    # LinearRegression has no randomness, so no random_state to fix.
+    "linear_regression": EstimatorKind(
+        "regression", "sklearn.linear_model:LinearRegression", {"n_jobs": THREADS}
+    ),
+    "ridge": EstimatorKind("regression", "sklearn.linear_model:Ridge", _SEEDED),
+    "random_forest_regressor": EstimatorKind(
+        "regression", "sklearn.ensemble:RandomForestRegressor", {**_SEEDED, "n_jobs": THREADS}
+    ),
+    "hist_gradient_boosting_regressor": EstimatorKind(
+        "regression",
+        "sklearn.ensemble:HistGradientBoostingRegressor",
+        _SEEDED,
+        {"early_stopping": False},
+        dense=True,
+        openmp=True,
+    ),
+    "lightgbm_regressor": EstimatorKind("regression", "lightgbm:LGBMRegressor", _LIGHTGBM),
+    "knn_regressor": EstimatorKind(
+        "regression",
+        "sklearn.neighbors:KNeighborsRegressor",
+        {"n_jobs": THREADS},
+        neighbours=True,
+    ),
+}
+
+ESTIMATORS: dict[str, tuple[TaskType, ...]] = {name: (kind.task,) for name, kind in CATALOG.items()}
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """The preprocessing part of a recipe (see `pipeline.models.preprocessing`)."""
+
+    text_columns: tuple[str, ...] = ()
+    text_max_features: int = DEFAULT_TEXT_FEATURES
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An estimator, the owner's parameters for it, and the preprocessing in front of it."""
+
+    estimator: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    preprocessing: Preprocessing = Preprocessing()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "estimator": {"name": self.estimator, "params": dict(self.params)},
+            "preprocessing": {
+                "text_columns": list(self.preprocessing.text_columns),
+                "text_max_features": self.preprocessing.text_max_features,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Recipe:
+        estimator = data["estimator"]
+        pre = data.get("preprocessing") or {}
+        return cls(
+            str(estimator["name"]),
+            dict(estimator.get("params") or {}),
+            Preprocessing(
+                tuple(pre.get("text_columns") or ()),
+                int(pre.get("text_max_features") or DEFAULT_TEXT_FEATURES),
+            ),
+        )
+
+    def describe(self) -> str:
+        """The recipe in one line, for the CLI and logs."""
+        params = ", ".join(f"{k}={v!r}" for k, v in sorted(self.params.items()))
+        text = self.preprocessing.text_columns
+        return f"{self.estimator}({params})" + (f", TF-IDF on {', '.join(text)}" if text else "")
+
+
+def as_recipe(value: str | Recipe) -> Recipe:
+    """A recipe; a plain estimator name is the recipe of that estimator with no parameters."""
+    return value if isinstance(value, Recipe) else Recipe(value)
 
 
 def validate_task_type(task_type: str) -> TaskType:
@@ -54,107 +185,44 @@ def validate_task_type(task_type: str) -> TaskType:
 def validate_estimator(name: str, task_type: str) -> None:
     """Reject an estimator name that is not listed, or that does not fit the task type."""
     validate_task_type(task_type)
-    if name not in ESTIMATORS:
+    if name not in CATALOG:
         raise InvalidInput(
-            f"unknown estimator {name!r}; expected one of {', '.join(sorted(ESTIMATORS))}"
+            f"unknown estimator {name!r}; expected one of {', '.join(sorted(CATALOG))}"
         )
-    if task_type not in ESTIMATORS[name]:
+    if task_type != CATALOG[name].task:
         raise InvalidInput(
-            f"estimator {name!r} is for {' or '.join(ESTIMATORS[name])}, "
+            f"estimator {name!r} is for {CATALOG[name].task}, "
             f"not {task_type}; {task_type} estimators: "
-            f"{', '.join(n for n, tasks in ESTIMATORS.items() if task_type in tasks)}"
+            f"{', '.join(n for n, kind in CATALOG.items() if kind.task == task_type)}"
         )
 
 
-def build_estimator(name: str, task_type: str) -> Pipeline:
-    """A fresh, unfitted pipeline: preprocessing followed by the named estimator."""
-    validate_estimator(name, task_type)
-    # sklearn lazily: see the module docstring.
-    from sklearn.pipeline import Pipeline
+def estimator_params(recipe: Recipe, rows: int | None = None) -> dict[str, Any]:
+    """The estimator's parameters: catalog defaults, the owner's, then the fixed ones.
 
-    return Pipeline([("features", _preprocessor()), ("model", _model(name))])
-
-
-def _model(name: str) -> Any:
-    # sklearn lazily: see the module docstring.
-    from sklearn.ensemble import (
-        GradientBoostingClassifier,
-        RandomForestClassifier,
-        RandomForestRegressor,
-    )
-    from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
-
-    factories: dict[str, Any] = {
-        # The default 100 iterations do not always converge on unscaled one-hot mixes.
-        "logistic_regression": lambda: LogisticRegression(max_iter=1000, random_state=RANDOM_STATE),
-        "random_forest_classifier": lambda: RandomForestClassifier(random_state=RANDOM_STATE),
-        "gradient_boosting_classifier": lambda: GradientBoostingClassifier(
-            random_state=RANDOM_STATE
-        ),
-        # LinearRegression has no randomness, so no random_state to fix.
-        "linear_regression": LinearRegression,
-        "ridge": lambda: Ridge(random_state=RANDOM_STATE),
-        "random_forest_regressor": lambda: RandomForestRegressor(random_state=RANDOM_STATE),
-    }
-    return factories[name]()
-
-
-def _preprocessor() -> Any:
-    # sklearn lazily: see the module docstring.
-    from sklearn.compose import ColumnTransformer, make_column_selector
-    from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
-
-    numeric = Pipeline(
-        [
-            ("coerce", FunctionTransformer(_as_floats)),
-            ("impute", SimpleImputer(strategy="median")),
-            ("scale", StandardScaler()),
-        ]
-    )
-    categorical = Pipeline(
-        [
-            ("coerce", FunctionTransformer(_as_category_strings)),
-            ("impute", SimpleImputer(strategy="most_frequent")),
-            (
-                "encode",
-                OneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES),
-            ),
-        ]
-    )
-    # Callable selectors are resolved against the frame passed to `fit` and remembered, so the
-    # benchmark is transformed with the training frame's column split whatever its own dtypes.
-    return ColumnTransformer(
-        [
-            ("numeric", numeric, make_column_selector(dtype_include="number")),
-            ("categorical", categorical, make_column_selector(dtype_exclude="number")),
-        ]
-    )
-
-
-def _as_floats(frame: pd.DataFrame) -> pd.DataFrame:
-    """Numeric columns as float64: nullable integers' NA and stray text become NaN."""
-    import pandas as pd  # lazily: see the module docstring
-
-    return pd.DataFrame(frame).apply(pd.to_numeric, errors="coerce").astype("float64")
-
-
-def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
-    """Categorical columns as text, missing values as NaN.
-
-    Text keeps columns that mix value types (True and "yes", 1 and "1") sortable for the
-    encoder, and turns pandas' NA variants into the NaN the imputer recognises.
+    With `rows` (the training rows), a neighbours estimator asks for at most that many
+    neighbours, so a small training frame is not an error.
     """
-    import pandas as pd  # lazily: see the module docstring
+    kind = CATALOG[recipe.estimator]
+    params = {**kind.defaults, **recipe.params, **kind.fixed}
+    if kind.neighbours and rows is not None:
+        params["n_neighbors"] = max(1, min(int(params.get("n_neighbors", 5)), rows))
+    return params
 
-    na, nat = pd.NA, pd.NaT
 
-    def text(value: Any) -> Any:
-        if value is None or value is na or value is nat:
-            return math.nan
-        if isinstance(value, float) and math.isnan(value):
-            return math.nan
-        return str(value)
+def build_estimator(recipe: str | Recipe, task_type: str, *, rows: int | None = None) -> Pipeline:
+    """A fresh, unfitted pipeline: the recipe's preprocessing followed by its estimator."""
+    recipe = as_recipe(recipe)
+    validate_estimator(recipe.estimator, task_type)
+    # sklearn lazily: see the module docstring.
+    from sklearn.pipeline import Pipeline
 
-    return pd.DataFrame(frame).astype(object).map(text)
+    kind = CATALOG[recipe.estimator]
+    pre = recipe.preprocessing
+    features = build_preprocessor(pre.text_columns, pre.text_max_features, dense=kind.dense)
+    model = kind.load()(**estimator_params(recipe, rows))
+    if kind.openmp:
+        from pipeline.models.single_thread import OneThreadPipeline
+
+        return OneThreadPipeline([("features", features), ("model", model)])
+    return Pipeline([("features", features), ("model", model)])

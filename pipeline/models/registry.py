@@ -8,13 +8,14 @@ check; docs/ownership.md states the rule.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -23,9 +24,31 @@ from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
-from pipeline.models.estimators import validate_estimator
+from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
+from pipeline.models.recipe_checks import check_recipe
 
 DEMO_MODEL_FILE = "customer_churn.json"
+# The demo models `prepare_store` registers in an empty store, in order (ids 1, 2): files in
+# `pipeline/demo`. The second is an owner's folder, so that it can carry the owner's own code.
+DEMO_MODEL_FILES = (DEMO_MODEL_FILE, "loan_default/model.json")
+
+
+class EstimatorChoice(BaseModel):
+    """`"estimator": {"name": ..., "params": {...}}` (a plain name means no parameters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PreprocessingChoice(BaseModel):
+    """`"preprocessing"`: how the rows are turned into features (pipeline.models.preprocessing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text_columns: list[str] = Field(default_factory=list)
+    text_max_features: int = Field(default=DEFAULT_TEXT_FEATURES, ge=1, le=100_000)
 
 
 class ModelDefinition(BaseModel):
@@ -35,9 +58,32 @@ class ModelDefinition(BaseModel):
     description: str = ""
     task_type: Literal["classification", "regression"]
     target_column: str = Field(min_length=1)
-    estimator: str
+    estimator: str | EstimatorChoice
+    preprocessing: PreprocessingChoice = Field(default_factory=lambda: PreprocessingChoice())
     data_spec: dict[str, Any]
     example_row: dict[str, Any]
+
+    def recipe(self) -> Recipe:
+        """The estimator, its parameters and the preprocessing, as the scorer uses them."""
+        choice = self.estimator
+        name, params = (choice, {}) if isinstance(choice, str) else (choice.name, choice.params)
+        pre = self.preprocessing
+        return Recipe(
+            name,
+            params,
+            Preprocessing(tuple(dict.fromkeys(pre.text_columns)), pre.text_max_features),
+        )
+
+    def table_columns(self) -> dict[str, Any]:
+        """The Model row's columns: the estimator's name, and the whole recipe as JSON."""
+        fields = self.model_dump(exclude={"estimator", "preprocessing"})
+        recipe = self.recipe()
+        return {**fields, "estimator": recipe.estimator, "recipe": recipe.to_json()}
+
+
+def model_recipe(model: Model) -> Recipe:
+    """A registered model's recipe (models registered before recipes: the estimator's name)."""
+    return Recipe.from_json(model.recipe) if model.recipe else Recipe(model.estimator)
 
 
 def parse_definition(data: Any) -> ModelDefinition:
@@ -54,7 +100,12 @@ def parse_definition(data: Any) -> ModelDefinition:
             f"model definition: target_column {definition.target_column!r} "
             "is not a property of the data_spec"
         )
-    validate_estimator(definition.estimator, definition.task_type)
+    check_recipe(
+        definition.recipe(),
+        definition.task_type,
+        columns=definition.data_spec.get("properties", {}),
+        target_column=definition.target_column,
+    )
     errors = RowValidator(definition.data_spec).errors_for([definition.example_row])
     if errors:
         problems = "; ".join(f"{e.path}: {e.message}" for e in errors)
@@ -71,8 +122,9 @@ def load_definition(path: Path) -> ModelDefinition:
     return parse_definition(data)
 
 
-def demo_definition() -> ModelDefinition:
-    text = resources.files("pipeline.demo").joinpath(DEMO_MODEL_FILE).read_text()
+def demo_definition(filename: str = DEMO_MODEL_FILE) -> ModelDefinition:
+    """A demo model's definition (`DEMO_MODEL_FILES`); the first demo model by default."""
+    text = resources.files("pipeline.demo").joinpath(filename).read_text()
     return parse_definition(json.loads(text))
 
 
@@ -119,13 +171,13 @@ def register_model(
     if existing is not None:
         if existing.data_spec != definition.data_spec:
             existing.spec_version += 1
-        for field, value in definition.model_dump().items():
+        for field, value in definition.table_columns().items():
             setattr(existing, field, value)
         if owner is not None:
             set_model_owner(existing, owner)
         session.flush()
         return existing
-    model = Model(**definition.model_dump(), spec_version=1, last_version=0)
+    model = Model(**definition.table_columns(), spec_version=1, last_version=0)
     if owner is not None:
         set_model_owner(model, owner)
     session.add(model)
@@ -194,25 +246,33 @@ def list_models(session: Session) -> list[Model]:
 
 
 def seed_demo_model(db: Database, owner_user_id: str = "admin") -> Model | None:
-    """Register the demo model, owned by the admin user, in an empty store.
+    """Register the first demo model (`customer-churn`) alone; see `seed_demo_models`."""
+    models = seed_demo_models(db, owner_user_id, files=DEMO_MODEL_FILES[:1])
+    return models[0] if models else None
 
-    Returns it, or None when models exist; a demo model left without an owner (a store from
-    before owners existed) is given to the admin user.
+
+def seed_demo_models(
+    db: Database, owner_user_id: str = "admin", *, files: Sequence[str] = DEMO_MODEL_FILES
+) -> list[Model]:
+    """Register the demo models, owned by the admin user, in an empty store.
+
+    Returns them, or nothing when models exist; a first demo model left without an owner (a
+    store from before owners existed) is given to the admin user.
     """
-    definition = demo_definition()
     with db.session() as session:
         if session.scalar(select(func.count()).select_from(Model)):
             demo = session.scalar(
                 select(Model).where(
-                    Model.name == definition.name,
+                    Model.name == demo_definition(files[0]).name,
                     Model.owner_user_id.is_(None),
                     Model.owner_org_id.is_(None),
                 )
             )
             if demo is not None:
                 set_model_owner(demo, ModelOwner(user_id=owner_user_id))
-            return None
-        return register_model(session, definition, ModelOwner(user_id=owner_user_id))
+            return []
+        owner = ModelOwner(user_id=owner_user_id)
+        return [register_model(session, demo_definition(name), owner) for name in files]
 
 
 def allocate_version(db: Database, model_id: int) -> tuple[int, str]:

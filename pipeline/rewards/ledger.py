@@ -159,6 +159,8 @@ def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
         "interval": interval,
         "batchSize": evaluation.batch_size,
         "valuationMethod": evaluation.valuation_method,
+        # Rows of the owner's base training data the model was trained on, with and without.
+        "baseRows": evaluation.base_rows,
     }
 
 

@@ -481,6 +481,7 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "batchSize": valuation.get("batch_size"),
         "batchRows": valuation.get("batch_rows"),
         "valuedRows": valuation.get("valued_rows"),
+        "baseRows": valuation.get("base_rows"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
         "integrity": submitter_integrity(quality.get("integrity")),

@@ -191,6 +191,7 @@ def test_good_contribution_is_evaluated_and_rewarded(
     assert evaluated["pool_pct"] == pytest.approx(valuation["pool_pct"])
     assert evaluated["interval"] == paid["interval"] == shown
     assert evaluated["batch_size"] == 1
+    assert evaluated["base_rows"] == 0  # the benchmark has no base training data
     assert paid["pool_pct"] == pytest.approx(valuation["pool_pct"])
     assert "| share % | pool % | interval % | integrity |" in paid["rewards"]
     assert shown in paid["rewards"]

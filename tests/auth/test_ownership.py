@@ -338,25 +338,6 @@ def test_a_demo_model_from_before_owners_is_given_to_the_admin(db: Database) -> 
         assert session.scalar(select(Model.owner_user_id).where(Model.id == other_id)) is None
 
 
-@pytest.fixture
-def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Any:
-    from cli.main import main
-    from pipeline.core.config import get_settings
-
-    monkeypatch.setenv("MARKETPLACE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DATABASE_URL", settings.resolved_database_url)
-    get_settings.cache_clear()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    yield run
-    get_settings.cache_clear()
-
-
 def owner_of(db: Database, model_id: int) -> tuple[str | None, str | None]:
     with db.session() as session:
         model = session.get(Model, model_id)
@@ -458,6 +439,7 @@ def test_evaluations_name_the_benchmark_spec_and_version_they_used(
 
 
 SECRET_NOTE = "bench-only-note-{}"
+BASE_NOTE = "base-only-note-{}"
 
 
 def test_no_endpoint_serves_a_benchmarks_rows(
@@ -467,7 +449,8 @@ def test_no_endpoint_serves_a_benchmarks_rows(
     key_for: Callable,
     auth_headers: Callable[..., dict[str, str]],
 ) -> None:
-    """Crawl every GET route with a contributor's credentials after a full pipeline run."""
+    """Crawl every GET route with a contributor's credentials after a full pipeline run: neither
+    the benchmark's rows nor the owner's base training data (its `train` split) come back."""
     from pipeline.core.tables import utcnow
     from pipeline.demo.churn_data import churn_benchmark_rows
     from pipeline.store.objectstore import object_store_from_settings
@@ -475,10 +458,13 @@ def test_no_endpoint_serves_a_benchmarks_rows(
     from pipeline.triggers.drain import drain_queue
     from tests.support.pipeline import WALLET_A, contribute, manifest, run_pipeline, services
 
-    rows = churn_benchmark_rows(300, seed=21)
+    # 300 benchmark rows and, in the same file, 150 rows of the owner's base training data.
+    rows = churn_benchmark_rows(300, seed=21) + [
+        {**row, "split": "train"} for row in churn_benchmark_rows(150, seed=22)
+    ]
     for i, row in enumerate(rows):
         row["monthly_charges"] = round(40 + i * 0.0173 + 0.000091, 6)  # values found nowhere else
-        row["note"] = SECRET_NOTE.format(i)
+        row["note"] = (SECRET_NOTE if row["split"] == "test" else BASE_NOTE).format(i)
     data = pd.DataFrame(rows).to_csv(index=False).encode()
     uploaded = client.post(
         UPLOAD.format(1),
@@ -499,6 +485,7 @@ def test_no_endpoint_serves_a_benchmarks_rows(
         time_budget_seconds=10,
     )
     secrets = [SECRET_NOTE.format(i) for i in range(0, 300, 7)]
+    secrets += [BASE_NOTE.format(i) for i in range(300, 450, 7)]
     secrets += [str(row["monthly_charges"]) for row in rows[::7]]
 
     contributor_key = key_for("alice")

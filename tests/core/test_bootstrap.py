@@ -107,7 +107,8 @@ def test_a_pinned_data_dir_reaches_the_api_the_assets_and_the_sensors(
             assert tick.store.open("probe/one.bin").read() == b"one store"
             with tick.db.session() as session:
                 names = {model.name for model in list_models(session)}
-            assert {"customer-churn", "pinned-model"} <= names
+            # prepare_store registered both demo models in the fresh store.
+            assert {"customer-churn", "loan-default", "pinned-model"} <= names
             assert tick.queue.source == "local"
         # ... and a model the assets registered is listed by the API: one database.
         with TestClient(app) as client:

@@ -1,7 +1,8 @@
 """README's Quick start, run as written (issue 11), so it cannot drift from what the code does.
 
-The test reads the three marked blocks of README.md: terminal 1 (`make run`), the banner it
-prints, and terminal 2 (`$ command` lines, each followed by its expected output). It starts
+The test reads the four marked blocks of README.md: terminal 1 (`make run`), the banner it
+prints, terminal 2 and the owner's model after it (`$ command` lines, each followed by its
+expected output). It starts
 `marketplace dev` (what `make run` runs once `.venv` exists) on free ports in a fresh folder
 that has `.venv` linked in, as a clone would, then runs the terminal-2 commands there in one
 bash session and compares each command's output with the README's, line by line:
@@ -35,7 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 START_TIMEOUT = 120
-STEPS_TIMEOUT = 300
+STEPS_TIMEOUT = 480
 TIMING_DEPENDENT = re.compile(r"^job …: (queued|validating|evaluating)\b")
 STEP_MARK = "@@quickstart-step {}@@"
 
@@ -211,7 +212,9 @@ def test_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
         wait_for(f"{api_url}/api/models", dev, log)
         wait_for(f"http://127.0.0.1:{dagster_port}/server_info", dev, log)
 
+        # Terminal 2, then the owner's model in the same session.
         steps = console_steps(readme_block("terminal-2"))
+        steps += console_steps(readme_block("owner-model"))
         for step in steps:
             step.command = step.command.replace("http://127.0.0.1:8000", api_url)
         outputs = run_steps(steps, workdir, {**env, "MARKETPLACE_URL": api_url})

@@ -27,7 +27,7 @@ from pipeline.demo.demo_data import (
 )
 from pipeline.evaluation.comparison import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
-from pipeline.models.registry import demo_definition
+from pipeline.models.registry import DEMO_MODEL_FILES, demo_definition, register_model
 from pipeline.rewards.manifests import parse_manifest
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job, run_pipeline
@@ -144,6 +144,36 @@ def test_demo_data_passes_every_pipeline_check_and_is_rewarded(
     assert row.quality["pii"]["found"] is False
     assert row.improvement_pct is not None and row.improvement_pct > 10
     assert row.tokens is not None and row.tokens > 0
+
+
+def test_the_loan_demo_improves_the_owners_trained_model_by_a_few_percent(
+    settings: Settings, db: Database
+) -> None:
+    """The second demo model: its benchmark file brings the owner's base training data (split
+    `train`), so the demo contribution improves an already-trained model by a few percent."""
+    definition = demo_definition(DEMO_MODEL_FILES[1])
+    with db.session() as session:
+        model_id = register_model(session, definition).id
+    data = make_demo_data(
+        DemoModel(definition.name, definition.task_type, definition.target_column,
+                  definition.data_spec)
+    )  # fmt: skip
+    splits = pd.Series([row["split"] for row in data.benchmark]).value_counts().to_dict()
+    assert splits == {"test": 1500, "train": 500}
+    assert data.columns[-1] == "split"
+    store = LocalObjectStore(settings.objects_dir)
+    add_benchmark(db, store, data.benchmark, model_id=model_id, target_column="defaulted")
+    job_id, version = contribute(
+        db, store, data.contribution, model_id=model_id, with_manifest=data.manifest
+    )
+    run_pipeline(Services(settings, db=db, store=store), version, model_id=model_id)
+    row = job(db, job_id)
+    assert row.status == REWARDED, row.reason
+    assert row.improvement_pct is not None and 2 < row.improvement_pct < 8
+    assert row.quality is not None
+    valuation = row.quality["valuation"]
+    assert valuation["base_rows"] == 500 and valuation["interval"]["low"] > 0
+    assert valuation["score_without"] > 0.8  # the owner's model, already trained
 
 
 FLAT_SPEC: dict[str, Any] = {

@@ -44,8 +44,18 @@ def test_estimator_names_by_task_type() -> None:
         "logistic_regression",
         "random_forest_classifier",
         "gradient_boosting_classifier",
+        "hist_gradient_boosting_classifier",
+        "lightgbm_classifier",
+        "knn_classifier",
     }
-    assert set(REGRESSORS) == {"linear_regression", "ridge", "random_forest_regressor"}
+    assert set(REGRESSORS) == {
+        "linear_regression",
+        "ridge",
+        "random_forest_regressor",
+        "hist_gradient_boosting_regressor",
+        "lightgbm_regressor",
+        "knn_regressor",
+    }
 
 
 def test_importing_the_module_does_not_import_sklearn() -> None:

@@ -1,0 +1,123 @@
+"""The preprocessing in front of every estimator, chosen from the training frame when fitted.
+
+- numeric columns: median imputation, then standard scaling;
+- text columns the recipe names (`preprocessing.text_columns`): joined into one document per row
+  and turned into TF-IDF features (at most `text_max_features` terms, the most frequent kept);
+- every other column (strings, booleans, categoricals): most-frequent imputation, then one-hot
+  encoding that ignores categories unseen in training.
+
+scikit-learn is imported when a preprocessor is built and pandas when one runs (see
+`pipeline.models.estimators`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+# One-hot columns per categorical feature are capped: an ID-like string column would otherwise
+# add one column per row; the rarest categories share one "infrequent" column instead.
+MAX_CATEGORIES = 50
+
+
+class ColumnKind:
+    """A column selector resolved against the frame passed to `fit` (and remembered).
+
+    `numeric`: number columns; `categorical`: the others; `text`: the recipe's text columns
+    present in the frame. Text columns are never numeric or categorical. A class rather than a
+    closure, so that scikit-learn can clone and pickle the pipeline.
+    """
+
+    def __init__(self, kind: str, text_columns: Sequence[str]) -> None:
+        self.kind = kind
+        self.text_columns = tuple(text_columns)
+
+    def __call__(self, frame: pd.DataFrame) -> list[str]:
+        text = set(self.text_columns)
+        if self.kind == "text":
+            return [c for c in frame.columns if c in text]
+        # "number" as make_column_selector understands it: booleans are not numbers here.
+        numbers = set(frame.select_dtypes(include="number").columns)
+        numeric = self.kind == "numeric"
+        return [c for c in frame.columns if c not in text and (c in numbers) == numeric]
+
+
+def build_preprocessor(
+    text_columns: Sequence[str] = (), text_max_features: int = 1000, *, dense: bool = False
+) -> Any:
+    """A fresh ColumnTransformer; `dense` for estimators that refuse sparse input."""
+    # sklearn lazily: see the module docstring.
+    from sklearn.compose import ColumnTransformer
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+
+    numeric = Pipeline(
+        [
+            ("coerce", FunctionTransformer(_as_floats)),
+            ("impute", SimpleImputer(strategy="median")),
+            ("scale", StandardScaler()),
+        ]
+    )
+    categorical = Pipeline(
+        [
+            ("coerce", FunctionTransformer(_as_category_strings)),
+            ("impute", SimpleImputer(strategy="most_frequent")),
+            ("encode", OneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES)),
+        ]
+    )
+    transformers: list[tuple[str, Any, Any]] = [
+        ("numeric", numeric, ColumnKind("numeric", text_columns)),
+        ("categorical", categorical, ColumnKind("categorical", text_columns)),
+    ]
+    if text_columns:
+        text = Pipeline(
+            [
+                ("join", FunctionTransformer(_as_documents)),
+                ("tfidf", TfidfVectorizer(max_features=text_max_features)),
+            ]
+        )
+        transformers.append(("text", text, ColumnKind("text", text_columns)))
+    # Dense output when asked; otherwise scikit-learn's default (sparse when mostly zeros).
+    return ColumnTransformer(transformers, sparse_threshold=0.0 if dense else 0.3)
+
+
+def _as_floats(frame: pd.DataFrame) -> pd.DataFrame:
+    """Numeric columns as float64: nullable integers' NA and stray text become NaN."""
+    import pandas as pd  # lazily: see the module docstring
+
+    return pd.DataFrame(frame).apply(pd.to_numeric, errors="coerce").astype("float64")
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd  # lazily: see the module docstring
+
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Categorical columns as text, missing values as NaN.
+
+    Text keeps columns that mix value types (True and "yes", 1 and "1") sortable for the
+    encoder, and turns pandas' NA variants into the NaN the imputer recognises.
+    """
+    import pandas as pd  # lazily: see the module docstring
+
+    return pd.DataFrame(frame).astype(object).map(lambda v: math.nan if _missing(v) else str(v))
+
+
+def _as_documents(frame: pd.DataFrame) -> np.ndarray:
+    """One document per row: the text columns' values joined by spaces (missing ones left out)."""
+    import numpy as np  # lazily: see the module docstring
+    import pandas as pd
+
+    cells = pd.DataFrame(frame).astype(object).map(lambda v: "" if _missing(v) else str(v))
+    return np.asarray([" ".join(row) for row in cells.itertuples(index=False, name=None)])
