@@ -33,6 +33,7 @@ from pipeline.checks.fingerprint_files import (
 from pipeline.checks.fingerprints import fingerprint_columns
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
+from pipeline.models.estimators import check_estimator
 from pipeline.store.dataset_batches import RetypeColumns, file_batches
 from pipeline.store.reading import read_dataset
 
@@ -114,12 +115,12 @@ def model_benchmarks(svc: Services, model_id: int) -> list[BenchmarkRef]:
 
 
 def model_task(svc: Services, model_id: int) -> tuple[str, str]:
-    """The model's task type and estimator."""
+    """The model's task type and the estimator its label check trains."""
     with svc.db.session() as session:
         model = session.get(Model, model_id)
         if model is None:
             raise LookupError(f"model {model_id} not found")
-        return model.task_type, model.estimator
+        return model.task_type, check_estimator(model.task_type, model.estimator)
 
 
 def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:

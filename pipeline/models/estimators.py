@@ -42,6 +42,18 @@ ESTIMATORS: dict[str, tuple[TaskType, ...]] = {
     "random_forest_regressor": ("regression",),
 }
 
+# What the label check (`pipeline.checks.labels`) trains for a model with the owner's training
+# code: cross-validating the owner's code would cost one sandboxed run per fold.
+CHECK_ESTIMATORS: dict[TaskType, str] = {
+    "classification": "random_forest_classifier",
+    "regression": "random_forest_regressor",
+}
+
+
+def check_estimator(task_type: str, estimator: str | None) -> str:
+    """The estimator the label check trains: the model's own, else `CHECK_ESTIMATORS`'."""
+    return estimator or CHECK_ESTIMATORS[validate_task_type(task_type)]
+
 
 def validate_task_type(task_type: str) -> TaskType:
     if task_type not in TASK_TYPES:

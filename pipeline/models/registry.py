@@ -24,6 +24,7 @@ from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import validate_estimator
+from pipeline.sandbox.folders import check_entry, definition_file, pack_folder, parse_entry
 
 DEMO_MODEL_FILE = "customer_churn.json"
 
@@ -35,7 +36,10 @@ class ModelDefinition(BaseModel):
     description: str = ""
     task_type: Literal["classification", "regression"]
     target_column: str = Field(min_length=1)
-    estimator: str
+    # Exactly one: a listed estimator, or the owner's training code ("module:function" of the
+    # model's folder, run in the sandbox: docs/sandbox.md).
+    estimator: str | None = None
+    trainer: str | None = Field(default=None, max_length=200)
     data_spec: dict[str, Any]
     example_row: dict[str, Any]
 
@@ -54,7 +58,12 @@ def parse_definition(data: Any) -> ModelDefinition:
             f"model definition: target_column {definition.target_column!r} "
             "is not a property of the data_spec"
         )
-    validate_estimator(definition.estimator, definition.task_type)
+    if (definition.estimator is None) == (definition.trainer is None):
+        raise InvalidInput("model definition: give either an estimator or a trainer, not both")
+    if definition.trainer is not None:
+        parse_entry(definition.trainer)
+    else:
+        validate_estimator(definition.estimator or "", definition.task_type)
     errors = RowValidator(definition.data_spec).errors_for([definition.example_row])
     if errors:
         problems = "; ".join(f"{e.path}: {e.message}" for e in errors)
@@ -69,6 +78,25 @@ def load_definition(path: Path) -> ModelDefinition:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise InvalidInput(f"{path}: not valid JSON/YAML: {exc}") from None
     return parse_definition(data)
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model registered from its folder: the definition and the packed training code."""
+
+    definition: ModelDefinition
+    archive: bytes | None  # None: a definition with an estimator, no code to keep
+    sha256: str | None
+
+
+def load_model_folder(folder: Path) -> ModelFolder:
+    """A model folder's definition and, for a trainer, its checked and packed code."""
+    definition = load_definition(definition_file(folder))
+    if definition.trainer is None:
+        return ModelFolder(definition, None, None)
+    check_entry(folder, definition.trainer)
+    archive, sha256 = pack_folder(folder)
+    return ModelFolder(definition, archive, sha256)
 
 
 def demo_definition() -> ModelDefinition:
@@ -109,23 +137,37 @@ def set_model_owner(model: Model, owner: ModelOwner) -> None:
 
 
 def register_model(
-    session: Session, definition: ModelDefinition, owner: ModelOwner | None = None
+    session: Session,
+    definition: ModelDefinition,
+    owner: ModelOwner | None = None,
+    *,
+    trainer_sha256: str | None = None,
 ) -> Model:
     """Add a model, or update the one with the same name (bumping its spec version).
 
     `owner`, when given, becomes the model's owner; otherwise an existing model keeps its own.
+    A definition with a trainer needs the hash of its stored folder (`trainer_sha256`).
     """
+    if (definition.trainer is None) != (trainer_sha256 is None):
+        raise InvalidInput(
+            "a model with a trainer is registered from its folder: marketplace models add DIR"
+        )
     existing = session.scalar(select(Model).where(Model.name == definition.name))
     if existing is not None:
         if existing.data_spec != definition.data_spec:
             existing.spec_version += 1
         for field, value in definition.model_dump().items():
             setattr(existing, field, value)
+        if existing.trainer_sha256 != trainer_sha256:
+            existing.trainer_sha256 = trainer_sha256
+            existing.trainer_failure = None
         if owner is not None:
             set_model_owner(existing, owner)
         session.flush()
         return existing
-    model = Model(**definition.model_dump(), spec_version=1, last_version=0)
+    model = Model(
+        **definition.model_dump(), trainer_sha256=trainer_sha256, spec_version=1, last_version=0
+    )
     if owner is not None:
         set_model_owner(model, owner)
     session.add(model)
