@@ -19,6 +19,7 @@ from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
+from assets.trainers import PipesTrainerRunner
 from pipeline.core.tables import EVALUATING, FAILED, REJECTED, REWARDED
 from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.batches import StepResult
@@ -92,7 +93,20 @@ def evaluation(
     integrity_report: StepResult,
 ) -> dg.MaterializeResult:
     batch = integrity_report.batch
-    outcomes = evaluate_batch(marketplace.services, batch)
+    svc = marketplace.services
+    outcomes = evaluate_batch(svc, batch, PipesTrainerRunner(context, svc.settings))
+    failures = [o.trainer_failure for o in outcomes if o.trainer_failure]
+    if failures:
+        # The jobs are already given back (queued, or failed the second time); the run fails
+        # so the owner sees why, with the last lines of the trainer's stderr.
+        for failure in dict.fromkeys(failures):
+            context.log.error(
+                f"model {batch.model_id}: the model's training code failed: {failure}"
+            )
+        raise dg.Failure(
+            description=f"the model's training code failed: {failures[0]}",
+            metadata={"results": _evaluation_table(outcomes)},
+        )
     per_version = {
         o.version: evaluation_metadata(o) for o in outcomes if o.version and evaluated(o)
     }

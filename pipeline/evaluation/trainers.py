@@ -65,7 +65,7 @@ class StepTrainers:
         if entry is None or sha256 is None:
             return None
         settings = self.svc.settings
-        require_isolation(settings.trainer_isolation)
+        require_isolation(self.runner.isolation or settings.trainer_isolation)
         key = trainer_key(model_id, sha256)
         try:
             with self.svc.store.open(key) as fh:

@@ -85,8 +85,8 @@ class ModelFolder:
     """A model registered from its folder: the definition and the packed training code."""
 
     definition: ModelDefinition
-    archive: bytes | None  # None: a definition with an estimator, no code to keep
-    sha256: str | None
+    archive: bytes | None = None  # None: a definition with an estimator, no code to keep
+    sha256: str | None = None
 
 
 def load_model_folder(folder: Path) -> ModelFolder:

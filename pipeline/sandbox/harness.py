@@ -33,7 +33,10 @@ def _write_result(box: str, result: dict[str, Any]) -> None:
 
 
 def _plain(values: Any) -> Any:
-    """An array numpy saves without pickle: object arrays of strings or numbers made typed."""
+    """An array numpy saves without pickle: object arrays of strings or numbers made typed.
+
+    Anything else stays an object array, which numpy pickles and the service refuses to
+    load ("predictions of the wrong type")."""
     import numpy as np
 
     array = np.asarray(values)

@@ -31,12 +31,21 @@ RUNNER_GRACE_SECONDS = 30
 
 
 class TrainerRunner(Protocol):
+    """Starts prepared runs. `run_root` is where their folders go (None: the temp folder);
+    `isolation`, when set, replaces TRAINER_ISOLATION (a Kubernetes pod is its own sandbox)."""
+
+    run_root: Path | None
+    isolation: str | None
+
     def start(self, run: SandboxRun) -> None:
         """Run `run.command` to its end; its outcome is read from the run folder afterwards."""
 
 
 class SubprocessRunner:
     """The launcher as a plain child process, with an environment of nothing but PATH."""
+
+    run_root: Path | None = None
+    isolation: str | None = None
 
     def start(self, run: SandboxRun) -> None:
         # On timeout, run() kills the launcher; bwrap's --die-with-parent takes the trainer.
@@ -75,7 +84,9 @@ class OwnerTrainer:
         """Fit on `train` in the sandbox and predict `features`, checked
         (`pipeline.sandbox.predictions`); TrainerFailed otherwise."""
         job = TrainerJob(self.folder, self.entry, target, train, features, probabilities)
-        run = SandboxRun(job, self.limits, self.isolation)
+        run = SandboxRun(
+            job, self.limits, self.runner.isolation or self.isolation, root=self.runner.run_root
+        )
         try:
             self.runner.start(run)
             output = read_outcome(run)

@@ -17,7 +17,7 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
 only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs. The environment is the launcher's, built from nothing (`FIXED_ENV`,
+/tmp is an empty tmpfs, the rest read-only. The environment is the launcher's, built from nothing (`FIXED_ENV`,
 HOME=the box, and the Pipes bootstrap variables). The data folder, the repository, /etc and
 /home are not there.
 """
@@ -157,6 +157,10 @@ def sandbox_command(box: Path, isolation: str) -> list[str]:
         "--bind",
         str(box),
         str(box),
+        # The root bwrap builds (a tmpfs holding the mount points) read-only too: the box
+        # and /tmp are the only writable places.
+        "--remount-ro",
+        "/",
         "--chdir",
         str(box),
         *harness,
@@ -166,8 +170,10 @@ def sandbox_command(box: Path, isolation: str) -> list[str]:
 class SandboxRun:
     """A run folder prepared for one trainer run; `close()` removes it."""
 
-    def __init__(self, job: TrainerJob, limits: SandboxLimits, isolation: str) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX)).resolve()
+    def __init__(
+        self, job: TrainerJob, limits: SandboxLimits, isolation: str, root: Path | None = None
+    ) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=root)).resolve()
         self.box = self.dir / "box"
         self.limits = limits
         self.job = job
