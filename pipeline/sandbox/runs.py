@@ -17,9 +17,9 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
 only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs, the rest read-only. The environment is the launcher's, built from nothing (`FIXED_ENV`,
-HOME=the box, and the Pipes bootstrap variables). The data folder, the repository, /etc and
-/home are not there.
+/tmp is an empty tmpfs, the rest read-only. The environment is the launcher's, built from
+nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap variables). The data folder, the
+repository, /etc and /home are not there.
 """
 
 from __future__ import annotations
