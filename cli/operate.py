@@ -31,11 +31,10 @@ from pipeline.models.registry import (
     load_definition,
     load_model_folder,
     model_owner,
-    register_model,
+    register_model_folder,
     set_model_owner,
 )
 from pipeline.rewards.ledger import accepted_data
-from pipeline.sandbox.folders import trainer_key
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -83,10 +82,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
         existing = session.scalar(select(Model).where(Model.name == definition.name))
         if owner is None and (existing is None or model_owner(existing) is None):
             owner = ModelOwner(user_id=settings.admin_user_id)
-        model = register_model(session, definition, owner, trainer_sha256=folder.sha256)
-        if folder.archive is not None and folder.sha256 is not None:
-            # In the registering transaction: a failed write registers nothing.
-            services.store.put_bytes(trainer_key(model.id, folder.sha256), folder.archive)
+        model = register_model_folder(session, services.store, folder, owner)
         model_id, current = model.id, model_owner(model)
     print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
     if folder.sha256 is not None:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
@@ -24,7 +24,16 @@ from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import validate_estimator
-from pipeline.sandbox.folders import check_entry, definition_file, pack_folder, parse_entry
+from pipeline.sandbox.folders import (
+    check_entry,
+    definition_file,
+    pack_folder,
+    parse_entry,
+    trainer_key,
+)
+
+if TYPE_CHECKING:
+    from pipeline.store.objectstore import ObjectStore
 
 DEMO_MODEL_FILE = "customer_churn.json"
 
@@ -172,6 +181,20 @@ def register_model(
         set_model_owner(model, owner)
     session.add(model)
     session.flush()
+    return model
+
+
+def register_model_folder(
+    session: Session, store: ObjectStore, folder: ModelFolder, owner: ModelOwner | None = None
+) -> Model:
+    """Register a model from its folder; a trainer's packed folder is stored by its hash.
+
+    The object is written inside the caller's transaction: if the write fails, nothing is
+    registered (an object left by a failed commit is unreferenced and harmless).
+    """
+    model = register_model(session, folder.definition, owner, trainer_sha256=folder.sha256)
+    if folder.archive is not None and folder.sha256 is not None:
+        store.put_bytes(trainer_key(model.id, folder.sha256), folder.archive)
     return model
 
 

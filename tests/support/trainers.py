@@ -14,28 +14,50 @@ from sklearn.datasets import load_breast_cancer
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SandboxLimits
 
-# A logistic regression on the numeric columns: what an owner's small train.py looks like.
+# A logistic regression over scaled numbers and one-hot text: what an owner's train.py looks like.
 GOOD_TRAINER = """
+import pandas as pd
+from sklearn.compose import make_column_selector, make_column_transformer
+from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+
+def _prepared(frame):
+    frame = frame.copy()
+    for column in frame.columns:
+        if pd.api.types.is_bool_dtype(frame[column]) or not pd.api.types.is_numeric_dtype(
+            frame[column]
+        ):
+            frame[column] = frame[column].astype(str)
+    return frame
+
+
+class Model:
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+        self.classes_ = pipeline.classes_
+
+    def predict(self, frame):
+        return self.pipeline.predict(_prepared(frame))
+
+    def predict_proba(self, frame):
+        return self.pipeline.predict_proba(_prepared(frame))
 
 
 def fit(train, target):
-    features = train.drop(columns=[target]).select_dtypes("number").columns
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    model.fit(train[features], train[target])
-
-    class Model:
-        classes_ = model.classes_
-
-        def predict(self, frame):
-            return model.predict(frame[features])
-
-        def predict_proba(self, frame):
-            return model.predict_proba(frame[features])
-
-    return Model()
+    features = _prepared(train.drop(columns=[target]))
+    numbers = make_pipeline(SimpleImputer(strategy="median"), StandardScaler())
+    text = OneHotEncoder(handle_unknown="ignore")
+    pipeline = make_pipeline(
+        make_column_transformer(
+            (numbers, make_column_selector(dtype_include="number")),
+            (text, make_column_selector(dtype_exclude="number")),
+        ),
+        LogisticRegression(max_iter=1000),
+    )
+    return Model(pipeline.fit(features, train[target]))
 """
 
 LIMITS = SandboxLimits(memory_mb=2048, cpu_seconds=60, wall_seconds=90, file_size_mb=64)
