@@ -24,26 +24,12 @@ from pipeline.core.tables import (
     Model,
     RewardEntry,
 )
-from pipeline.models.registry import (
-    ModelOwner,
-    demo_definition,
-    load_model_folder,
-    register_model_folder,
-)
 from pipeline.sandbox.runs import bwrap_path
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest, run_pipeline
-from tests.support.trainers import GOOD_TRAINER, write_folder
+from tests.support.trainers import FAILING_TRAINER, GOOD_TRAINER, owner_model
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
-
-FAILING_TRAINER = """
-import sys
-
-def fit(train, target):
-    print(f"fitting {len(train)} rows of {sorted(train.columns)}", file=sys.stderr)
-    raise ValueError("my secret feature engineering broke")
-"""
 
 
 @pytest.fixture
@@ -54,16 +40,6 @@ def store(settings: Settings) -> LocalObjectStore:
 @pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Iterator[Services]:
     yield Services(settings, db=db, store=store)
-
-
-def owner_model(db: Database, store: LocalObjectStore, tmp_path: Path, code: str) -> int:
-    """The demo churn model's definition, trained by the owner's `train:fit` instead."""
-    definition = demo_definition().model_dump()
-    definition.update(name="churn-owner-code", estimator=None, trainer="train:fit")
-    folder = load_model_folder(write_folder(tmp_path / "churn-owner", code, definition))
-    with db.session() as session:
-        model = register_model_folder(session, store, folder, ModelOwner(user_id="owner"))
-        return model.id
 
 
 def test_contribution_is_valued_and_paid_with_the_owners_code(

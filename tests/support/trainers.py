@@ -11,8 +11,16 @@ import numpy as np
 import pandas as pd
 from sklearn.datasets import load_breast_cancer
 
+from pipeline.core.db import Database
+from pipeline.models.registry import (
+    ModelOwner,
+    demo_definition,
+    load_model_folder,
+    register_model_folder,
+)
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SandboxLimits
+from pipeline.store.objectstore import ObjectStore
 
 # A logistic regression over scaled numbers and one-hot text: what an owner's train.py looks like.
 GOOD_TRAINER = """
@@ -60,6 +68,15 @@ def fit(train, target):
     return Model(pipeline.fit(features, train[target]))
 """
 
+# Fails after printing what it was given: its reason and stderr are for the owner only.
+FAILING_TRAINER = """
+import sys
+
+def fit(train, target):
+    print(f"fitting {len(train)} rows of {sorted(train.columns)}", file=sys.stderr)
+    raise ValueError("my secret feature engineering broke")
+"""
+
 LIMITS = SandboxLimits(memory_mb=2048, cpu_seconds=60, wall_seconds=90, file_size_mb=64)
 
 
@@ -97,3 +114,13 @@ def run_trainer(
         y_true=bench["target"].to_numpy(),
     )
     return output.values
+
+
+def owner_model(db: Database, store: ObjectStore, tmp_path: Path, code: str) -> int:
+    """The demo churn model's definition, trained by the owner's `train:fit` instead."""
+    definition = demo_definition().model_dump()
+    definition.update(name="churn-owner-code", estimator=None, trainer="train:fit")
+    folder = load_model_folder(write_folder(tmp_path / "churn-owner", code, definition))
+    with db.session() as session:
+        model = register_model_folder(session, store, folder, ModelOwner(user_id="owner"))
+        return model.id
