@@ -8,7 +8,8 @@ and `job.json` (entry point, target column, whether probabilities are wanted). I
 
 - `predictions.npy` (plain numpy, no pickle: labels, values or a probability matrix) and,
   for probabilities, `classes.npy` (the model's `classes_`);
-- `result.json`: ok, or the error's type, errno and message (its traceback goes to stderr).
+- `result.json`: ok with the CPU seconds used, or the error's type, errno and message (its
+  traceback goes to stderr).
 
 Everything it writes is checked outside (`pipeline.sandbox.predictions`): this file is a
 convenience for honest trainers, not a safeguard. Under Dagster Pipes (DAGSTER_PIPES_CONTEXT
@@ -43,6 +44,16 @@ def _plain(values: Any) -> Any:
     if array.dtype == object:
         array = np.asarray(array.tolist())
     return array
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its children: inside a PID namespace it does not reach
+    the launcher's accounting."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _pipes() -> Any:
@@ -102,7 +113,7 @@ def main(box: str, site_dirs: list[str]) -> int:
     finally:
         if pipes is not None:
             pipes.close()
-    _write_result(box, {"ok": True})
+    _write_result(box, {"ok": True, "cpu_seconds": _cpu_seconds()})
     return 0
 
 

@@ -28,6 +28,8 @@ RESULT_MAX_BYTES = 64 * 1024
 class TrainerOutput:
     values: np.ndarray  # labels or values (n,), or probabilities (n, classes)
     classes: np.ndarray | None  # the model's classes_, with probabilities
+    # As the trainer reported it (a figure for benchmarks and logs, never trusted for limits).
+    cpu_seconds: float | None = None
 
 
 def stderr_tail(path: Path) -> str:
@@ -123,7 +125,8 @@ def read_outcome(run: SandboxRun) -> TrainerOutput:
     classes = None
     if run.job.probabilities:
         classes = _load_array(run.box / "classes.npy", tail)
-    return TrainerOutput(values, classes)
+    cpu = result.get("cpu_seconds")
+    return TrainerOutput(values, classes, float(cpu) if isinstance(cpu, int | float) else None)
 
 
 def _load_array(path: Path, tail: str) -> np.ndarray:

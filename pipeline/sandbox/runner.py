@@ -93,11 +93,12 @@ class OwnerTrainer:
             rows = len(features)
             try:
                 # The checks copy the arrays out of the run folder, after their shape is known.
+                cpu = output.cpu_seconds
                 if probabilities:
-                    return TrainerOutput(*check_probabilities(output, rows))
+                    return TrainerOutput(*check_probabilities(output, rows), cpu_seconds=cpu)
                 if task_type == "regression":
-                    return TrainerOutput(check_values(output, rows), None)
-                return TrainerOutput(check_labels(output, rows, y_true), None)
+                    return TrainerOutput(check_values(output, rows), None, cpu)
+                return TrainerOutput(check_labels(output, rows, y_true), None, cpu)
             except TrainerFailed as exc:
                 exc.stderr_tail = stderr_tail(run.dir / "stderr.txt")
                 raise

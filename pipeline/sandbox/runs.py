@@ -17,9 +17,11 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
 only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs, the rest read-only. The environment is the launcher's, built from
-nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap variables). The data folder, the
-repository, /etc and /home are not there.
+/tmp is an empty tmpfs (capped at the file-size limit), the rest read-only. The environment
+is the launcher's, built from nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap
+variables). The data folder, the repository, /etc and /home are not there. The box is on the
+service's disk (in Kubernetes, the shared volume): each file is capped by the file-size limit,
+not their number.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def _ro_binds(executable: str, site_dirs: Sequence[str]) -> list[str]:
     return args
 
 
-def sandbox_command(box: Path, isolation: str) -> list[str]:
+def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
     """The command the launcher starts: the harness, inside bubblewrap unless isolation=none."""
     executable, site_dirs = python_paths()
     harness = [executable, "-I", str(box / "harness.py"), str(box), *site_dirs]
@@ -152,6 +154,9 @@ def sandbox_command(box: Path, isolation: str) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        # /tmp lives in memory: its size is capped like a file.
+        "--size",
+        str(tmp_bytes),
         "--tmpfs",
         "/tmp",
         "--bind",
@@ -196,7 +201,7 @@ class SandboxRun:
         }
         (self.box / "job.json").write_text(json.dumps(job))
         launch: dict[str, Any] = {
-            "command": sandbox_command(self.box, isolation),
+            "command": sandbox_command(self.box, isolation, self.limits.file_size_mb * 1024 * 1024),
             "cwd": str(self.box),
             "env": {**FIXED_ENV, "HOME": str(self.box)},
             "pass_env": list(PIPES_ENV),
