@@ -53,16 +53,20 @@ def check_labels(output: TrainerOutput, rows: int, y_true: np.ndarray) -> np.nda
             f"of shape {values.shape}",
         )
     _no_missing(values, "predicted labels")
-    text_labels = np.asarray(y_true).dtype.kind in "OUS" and all(
-        isinstance(v, str) for v in np.asarray(y_true).ravel()[:100]
-    )
-    if text_labels != (values.dtype.kind == "U"):
+    _same_kind(values, y_true, "predicted labels")
+    return np.array(values)
+
+
+def _same_kind(labels: np.ndarray, y_true: np.ndarray, what: str) -> None:
+    """Labels are text exactly when the benchmark's are: 1 and "1" never match."""
+    sample = np.asarray(y_true).ravel()[:100]
+    text_labels = sample.dtype.kind in "OUS" and all(isinstance(v, str) for v in sample)
+    if text_labels != (labels.dtype.kind == "U"):
         raise _wrong(
             "predictions of the wrong type",
-            f"predicted labels are {'text' if values.dtype.kind == 'U' else 'numbers'}, "
+            f"{what} are {'text' if labels.dtype.kind == 'U' else 'numbers'}, "
             f"the benchmark's labels are {'text' if text_labels else 'numbers'}",
         )
-    return np.array(values)
 
 
 def check_values(output: TrainerOutput, rows: int) -> np.ndarray:
@@ -81,7 +85,9 @@ def check_values(output: TrainerOutput, rows: int) -> np.ndarray:
     return np.array(values, dtype="float64")
 
 
-def check_probabilities(output: TrainerOutput, rows: int) -> tuple[np.ndarray, np.ndarray]:
+def check_probabilities(
+    output: TrainerOutput, rows: int, y_true: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """A (rows, classes) probability matrix and the model's classes, one column each."""
     values, classes = output.values, output.classes
     _length(values, rows)
@@ -98,6 +104,7 @@ def check_probabilities(output: TrainerOutput, rows: int) -> tuple[np.ndarray, n
         )
     if len(set(classes.tolist())) != len(classes):
         raise _wrong("predictions of the wrong type", "the model's classes_ repeat a class")
+    _same_kind(classes, y_true, "the model's classes_")
     probabilities = np.array(values, dtype="float64")
     _no_missing(probabilities, "predicted probabilities")
     if probabilities.min() < -PROBABILITY_SLACK or probabilities.max() > 1 + PROBABILITY_SLACK:

@@ -95,7 +95,9 @@ class OwnerTrainer:
                 # The checks copy the arrays out of the run folder, after their shape is known.
                 cpu = output.cpu_seconds
                 if probabilities:
-                    return TrainerOutput(*check_probabilities(output, rows), cpu_seconds=cpu)
+                    return TrainerOutput(
+                        *check_probabilities(output, rows, y_true), cpu_seconds=cpu
+                    )
                 if task_type == "regression":
                     return TrainerOutput(check_values(output, rows), None, cpu)
                 return TrainerOutput(check_labels(output, rows, y_true), None, cpu)
