@@ -24,6 +24,7 @@ from pipeline.core.tables import (
     Model,
     RewardEntry,
 )
+from pipeline.evaluation.leases import requeued_jobs
 from pipeline.sandbox.runs import bwrap_path
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest, run_pipeline
@@ -81,6 +82,8 @@ def test_failing_trainer_gives_the_contribution_back_then_fails_it_never_paid(
     assert "not the contribution's fault" in row.reason and "queued again" in row.reason
     # The owner's message and stderr are for the owner, never in the contributor's reason.
     assert "secret feature engineering" not in row.reason and "fitting" not in row.reason
+    # Given back like a job of a dead run: the arrival sensor requests its retry.
+    assert [j.job_id for j in requeued_jobs(db)] == [job_id]
     [outcome] = [o for o in first.evaluations if o.version == version]
     assert outcome.trainer_failure is not None
     assert "my secret feature engineering broke" in outcome.trainer_failure
