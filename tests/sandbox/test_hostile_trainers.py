@@ -277,3 +277,21 @@ def test_without_bubblewrap_owner_code_is_refused(
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     with pytest.raises(SandboxUnavailable, match="bubblewrap"):
         run_trainer(folder)
+
+
+def test_the_weaker_fallback_still_clears_the_environment_and_limits_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:hunter2@db/marketplace")
+    folder = write_folder(
+        tmp_path / "model",
+        """
+        import os
+
+        def fit(train, target):
+            assert "DATABASE_URL" not in os.environ, "leaked"
+            return bytearray(8 * 1024 ** 3)
+        """,
+    )
+    failed = failure(folder, isolation="none")
+    assert failed.summary == f"memory limit of {LIMITS.memory_mb} MB exceeded (MemoryError)"
