@@ -22,6 +22,7 @@ from assets.datasets import GROUP, markdown_table, standing
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource
+from assets.trainers import PipesTrainerRunner
 from pipeline.core.db import Database
 from pipeline.core.tables import BENCHMARK_VERSION, EVALUATING, FAILED, REJECTED, REWARDED
 from pipeline.evaluation import standing as stages
@@ -240,10 +241,28 @@ def evaluation_and_rewards(
     selected = context.selected_asset_keys
     outcomes: list[EvaluationOutcome] = []
     if EVALUATION in selected:
-        outcomes = evaluate_batch(marketplace.services, batch)
+        svc = marketplace.services
+        outcomes = evaluate_batch(svc, batch, PipesTrainerRunner(context, svc.settings))
+        _fail_on_trainer_failure(context, batch, outcomes)
         yield from _evaluation_outputs(context, marketplace, batch, outcomes)
     if REWARDS in selected:
         yield from _rewards_output(context, marketplace, batch, outcomes)
+
+
+def _fail_on_trainer_failure(
+    context: dg.AssetExecutionContext, batch: Batch, outcomes: Sequence[EvaluationOutcome]
+) -> None:
+    """The jobs are already given back (queued, or failed the second time); the run fails so
+    the owner sees why, with the last lines of the trainer's stderr."""
+    failures = [o.trainer_failure for o in outcomes if o.trainer_failure]
+    if not failures:
+        return
+    for failure in dict.fromkeys(failures):
+        context.log.error(f"model {batch.model_id}: the model's training code failed: {failure}")
+    raise dg.Failure(
+        description=f"the model's training code failed: {failures[0]}",
+        metadata={"results": _evaluation_table(outcomes)},
+    )
 
 
 def standing_outcome(found: VersionStanding) -> EvaluationOutcome:

@@ -24,13 +24,15 @@ from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
 from pipeline.models.registry import (
+    ModelFolder,
     ModelOwner,
     find_model,
     list_models,
     load_definition,
+    load_model_folder,
     model_owner,
     model_recipe,
-    register_model,
+    register_model_folder,
     set_model_owner,
 )
 from pipeline.rewards.ledger import accepted_data
@@ -73,15 +75,19 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
     settings = _settings()
     prepare_store(settings)
-    definition = load_definition(Path(args.file))
+    path = Path(args.file)
+    folder = load_model_folder(path) if path.is_dir() else ModelFolder(load_definition(path))
+    definition = folder.definition
     with Services(settings) as services, services.db.session() as session:
         owner = _owner_from_args(session, args.owner_user, args.owner_org)
         existing = session.scalar(select(Model).where(Model.name == definition.name))
         if owner is None and (existing is None or model_owner(existing) is None):
             owner = ModelOwner(user_id=settings.admin_user_id)
-        model = register_model(session, definition, owner)
+        model = register_model_folder(session, services.store, folder, owner)
         model_id, current = model.id, model_owner(model)
     print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
+    if folder.sha256 is not None:
+        print(f"trainer {definition.trainer} from {path}, folder sha256 {folder.sha256}")
     print(model_id)
     return 0
 
@@ -116,10 +122,20 @@ def cmd_models_list(_: argparse.Namespace) -> int:
         for model in list_models(session):
             print(
                 f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
-                f"\towner={_owner_text(model_owner(model))}"
-                f"\trecipe={model_recipe(model).describe()}"
+                f"\towner={_owner_text(model_owner(model))}\t{_trained_by(model)}"
             )
+            if model.trainer_failure:
+                lines = model.trainer_failure.splitlines()
+                print(f"\ttrainer failed {lines[0]}")
+                print("".join(f"\t  {line}\n" for line in lines[1:]), end="")
     return 0
+
+
+def _trained_by(model: Model) -> str:
+    if model.trainer is not None:
+        return f"trainer={model.trainer}@{(model.trainer_sha256 or '')[:12]}"
+    recipe = model_recipe(model)
+    return f"recipe={recipe.describe()}" if recipe else f"estimator={model.estimator}"
 
 
 def cmd_models_accepted(args: argparse.Namespace) -> int:
@@ -367,10 +383,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     models_sub = models.add_subparsers(dest="models_command", required=True)
     add = models_sub.add_parser(
         "add",
-        help="register a model from a JSON or YAML file; a new model is owned by the admin "
-        "user (ADMIN_USER_ID) unless an owner is given",
+        help="register a model from a JSON or YAML file, or from a folder with model.json "
+        "(or model.yaml) and the owner's training code (docs/sandbox.md); a new model is "
+        "owned by the admin user (ADMIN_USER_ID) unless an owner is given",
     )
-    add.add_argument("file")
+    add.add_argument("file", metavar="FILE_OR_DIR")
     owner = add.add_mutually_exclusive_group()
     owner.add_argument("--owner-user", help="user id of the owner")
     owner.add_argument("--owner-org", help="organization id or name of the owner")

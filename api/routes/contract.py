@@ -33,6 +33,13 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
                 "description": m.description,
                 "task_type": m.task_type,
                 "target_column": m.target_column,
+                # The owner's training code by content hash (docs/sandbox.md); null for a
+                # model with a listed estimator.
+                "trainer": (
+                    {"entry": m.trainer, "folder_sha256": m.trainer_sha256}
+                    if m.trainer is not None
+                    else None
+                ),
             }
             for m in list_models(session)
         ]

@@ -40,7 +40,7 @@ from pipeline.checks.fingerprints import fingerprint_columns
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
 from pipeline.evaluation.datasets import SPLIT_COLUMN
-from pipeline.models.estimators import Recipe
+from pipeline.models.estimators import Recipe, check_estimator
 from pipeline.models.registry import model_recipe
 from pipeline.store.dataset_batches import RetypeColumns, file_batches
 from pipeline.store.reading import read_dataset
@@ -148,12 +148,15 @@ def model_benchmarks(svc: Services, model_id: int) -> list[BenchmarkRef]:
 
 
 def model_task(svc: Services, model_id: int) -> tuple[str, Recipe]:
-    """The model's task type and recipe."""
+    """The model's task type and the recipe its label check trains (for a model with the
+    owner's training code, `CHECK_ESTIMATORS`': cross-validating the owner's code would cost
+    one sandboxed run per fold)."""
     with svc.db.session() as session:
         model = session.get(Model, model_id)
         if model is None:
             raise LookupError(f"model {model_id} not found")
-        return model.task_type, model_recipe(model)
+        recipe = model_recipe(model)
+        return model.task_type, recipe or Recipe(check_estimator(model.task_type, None))
 
 
 def ensure_benchmark_fingerprints(svc: Services, ref: BenchmarkRef) -> str:

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -65,6 +65,26 @@ class Settings(BaseSettings):
     integrity_leak_verdicts_per_day: int = Field(default=3, ge=1, le=10_000)
     label_disagreement_margin: float = Field(default=0.10, gt=0.0, le=1.0)
 
+    # The owner's training code, run in a sandbox (docs/sandbox.md).
+    trainer_memory_mb: int = Field(default=4096, ge=64)
+    trainer_cpu_seconds: int = Field(default=900, ge=1)
+    trainer_wall_seconds: int = Field(default=1200, ge=1)
+    trainer_file_size_mb: int = Field(default=1024, ge=1)
+    # Trainer runs at once in one valuation (each a process with its own memory limit).
+    trainer_max_parallel: int = Field(default=1, ge=1, le=32)
+    # bwrap: namespaces (no network, nothing of the host but the Python install). none: limits
+    # and an empty environment only, for a host without bubblewrap that is isolated otherwise;
+    # owner code is refused unless it is set explicitly.
+    trainer_isolation: Literal["bwrap", "none"] = "bwrap"
+    # How the evaluation step starts the sandbox through Dagster Pipes: a local subprocess, or
+    # a Kubernetes pod (dagster-k8s; docs/sandbox.md "Production").
+    trainer_pipes_client: Literal["subprocess", "k8s"] = "subprocess"
+    trainer_k8s_image: str | None = None
+    trainer_k8s_namespace: str = "marketplace-trainers"
+    # A ReadWriteMany volume claim mounted by the Dagster run worker and the trainer pods.
+    trainer_k8s_volume_claim: str | None = None
+    trainer_k8s_volume_mount: Path = Path("/var/lib/marketplace/trainer-runs")
+
     # Service wiring.
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")
@@ -93,6 +113,18 @@ class Settings(BaseSettings):
     http_body_min_bytes_per_second: int = Field(default=500, ge=0)
     http_keepalive_seconds: int = Field(default=5, ge=1, le=3600)
     http_max_connections: int = Field(default=1000, ge=1)
+
+    @model_validator(mode="after")
+    def _k8s_trainer_settings(self) -> Settings:
+        if self.trainer_pipes_client == "k8s":
+            missing = [
+                name.upper()
+                for name in ("trainer_k8s_image", "trainer_k8s_volume_claim")
+                if not getattr(self, name)
+            ]
+            if missing:
+                raise ValueError(f"TRAINER_PIPES_CLIENT=k8s needs {' and '.join(missing)}")
+        return self
 
     @field_validator("pipeline_log_level", mode="before")
     @classmethod

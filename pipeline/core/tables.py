@@ -107,9 +107,17 @@ class Model(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     task_type: Mapped[str] = mapped_column(String(20))  # classification | regression
     target_column: Mapped[str] = mapped_column(String(200))
-    estimator: Mapped[str] = mapped_column(String(100))
+    # Exactly one of a listed estimator and the owner's trainer ("module:function" of the
+    # model's folder, stored by content hash: pipeline.sandbox.folders).
+    estimator: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    trainer: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    trainer_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The owner's view of the trainer's last failure (reason and stderr tail); None after a
+    # run that trained it without failing.
+    trainer_failure: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The whole recipe (estimator, parameters, preprocessing: pipeline.models.estimators.Recipe);
-    # None for models registered before recipes, whose recipe is `estimator` alone.
+    # None for models registered before recipes, whose recipe is `estimator` alone, and for
+    # models with the owner's trainer.
     recipe: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     data_spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     example_row: Mapped[dict[str, Any]] = mapped_column(JSON)

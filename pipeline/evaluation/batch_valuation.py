@@ -10,11 +10,13 @@ a batch whose improvement interval lies above 0 stays `evaluating` with "rewards
 batch within noise, is `rejected` with the figures; an unexpected error moves it to `failed`. The
 contributions, pool, shares and interval are written in one transaction. A contribution of
 a model without any BenchmarkSpec goes back to `queued` with a reason and is evaluated by the
-first run after a benchmark arrives.
+first run after a benchmark arrives. When the model's own training code fails, the batch is
+given back (`pipeline.evaluation.trainers`): `queued`, or `failed` the second time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,7 @@ from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.model_claims import ModelClaimLost, fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.evaluation.trainers import give_back_batch
 from pipeline.rewards.valuation import (
     NOISE,
     BatchValuation,
@@ -56,6 +59,7 @@ from pipeline.rewards.valuation import (
     ValuationSettings,
     value_batch,
 )
+from pipeline.sandbox.errors import TrainerFailed
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -87,6 +91,9 @@ def value_contributions(
     claimed = _claim_for_valuation(svc, items, outcomes)
     try:
         scorer, bench, base = _valuation_inputs(svc, frames, batch, spec, claimed)
+    except TrainerFailed as exc:
+        outcomes.update(give_back_batch(svc, claimed, exc))
+        return [outcomes[item.version] for item in items]
     except Exception as exc:
         for item in claimed:
             outcomes[item.version] = (
@@ -140,6 +147,7 @@ def _valuation_inputs(
         bench.frame,
         task_type=task_type,
         estimator=estimator,
+        trainer=frames.trainers.for_model(batch.model_id),
         target_column=bench.target_column,
         input_columns=bench.input_columns or None,
         metric_name=bench.metric_name,
@@ -190,6 +198,9 @@ def _value_and_record(
     scorer, bench, base = inputs
     try:
         valuation = _value_players(svc, scorer, base, players, outcomes, bench)
+    except TrainerFailed as exc:
+        outcomes.update(give_back_batch(svc, [item for item, _ in players.values()], exc))
+        return
     except Exception as exc:
         for item, _ in players.values():
             outcomes[item.version] = _fail(svc, item, exc)
@@ -228,6 +239,10 @@ def _value_players(
     """
 
     settings = ValuationSettings.from_settings(svc.settings)
+    if scorer.trainer is not None:
+        # Each coalition is a sandboxed process with its own memory limit.
+        workers = min(settings.workers, svc.settings.trainer_max_parallel)
+        settings = dataclasses.replace(settings, workers=workers)
     higher = bench.metric_direction == "higher_is_better"
     try:
         return value_batch(

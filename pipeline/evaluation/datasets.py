@@ -30,11 +30,13 @@ from pipeline.core.errors import DomainError, InvalidInput
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, load_frame, version_item
 from pipeline.evaluation.jobs import accepted_contribution
+from pipeline.evaluation.trainers import StepTrainers
 from pipeline.models.estimators import Recipe
 from pipeline.models.registry import model_recipe
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
+    from pipeline.sandbox.runner import TrainerRunner
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,20 @@ class BenchmarkData:
 
 
 class DatasetFrames:
-    """Dataset frames read once per step; accepted training versions are read in parallel."""
+    """Dataset frames read once per step; accepted training versions are read in parallel.
 
-    def __init__(self, svc: Services) -> None:
+    Also the step's owner trainers (`trainers`: each model's folder fetched once); `close()`
+    removes their unpacked folders.
+    """
+
+    def __init__(self, svc: Services, runner: TrainerRunner | None = None) -> None:
         self.svc = svc
         self._frames: dict[int, pd.DataFrame] = {}
         self._benchmarks: dict[str, BenchmarkData] = {}
+        self.trainers = StepTrainers(svc, runner)
+
+    def close(self) -> None:
+        self.trainers.close()
 
     def version(self, item: VersionItem) -> pd.DataFrame:
         if item.dataset_version_id not in self._frames:
@@ -155,8 +165,8 @@ def accepted_items(
     return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
 
 
-def model_settings(db: Database, model_id: int) -> tuple[str, Recipe]:
-    """The model's task type and recipe."""
+def model_settings(db: Database, model_id: int) -> tuple[str, Recipe | None]:
+    """The model's task type and recipe (None for a model with the owner's trainer)."""
     with db.session() as session:
         model = session.get(Model, model_id)
         if model is None:

@@ -9,13 +9,16 @@ next run pays it), and gives them back: to `queued` with the reason the first ti
 with the reason the second time (`expired_claims` counts them). It runs at the start of every
 claim (`pipeline.evaluation.claims`, for that model, so the new run takes the job back at once)
 and on every tick of the arrival sensor (for all models; `requeued_jobs` then tells the sensor
-which runs to request).
+which runs to request). A run that cannot value its jobs through no fault of theirs (the
+model's training code failed: `pipeline.evaluation.trainers`) gives them back the same way
+(`give_back`), counted with the expired claims.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -156,12 +159,7 @@ def expire_leases(
         holder = job.claimed_by or "an earlier run"
         until = isoformat_utc(job.lease_expires_at) or "its last update"
         stopped = f"the run holding it ({holder}) stopped while {job.status}, lease expired {until}"
-        if count >= MAX_EXPIRED_CLAIMS:
-            status = FAILED
-            reason = f"{stopped}; its claim expired {count} times, so it is not retried"
-        else:
-            status = QUEUED
-            reason = f"{stopped}; queued again"
+        status, reason = _given_back(count, stopped, "its claim expired")
         with db.session() as session:
             moved = session.execute(
                 update(Contribution)
@@ -180,6 +178,44 @@ def expire_leases(
             log.warning("model %s %s: %s", job.model_id, version, reason)
             done.append(ExpiredClaim(job.id, job.model_id, version, status, reason))
     return done
+
+
+def _given_back(count: int, why: str, times: str) -> tuple[str, str]:
+    """The status and reason of a job given back for the `count`-th time."""
+    if count >= MAX_EXPIRED_CLAIMS:
+        return FAILED, f"{why}; {times} {count} times, so it is not retried"
+    return QUEUED, f"{why}; queued again"
+
+
+def give_back(db: Database, job_ids: Sequence[str], why: str) -> dict[str, str]:
+    """Give back `evaluating` jobs their run could not finish through no fault of theirs.
+
+    Counted with expired claims: `queued` the first time (the arrival sensor requests a run
+    for it, as for an expired claim), `failed` the second. The new status by job id.
+    """
+    moved: dict[str, str] = {}
+    for job_id in job_ids:
+        with db.session() as session:
+            job = session.get(Contribution, job_id)
+            if job is None or job.status != EVALUATING:
+                continue
+            count = job.expired_claims + 1
+            status, reason = _given_back(count, why, "given back")
+            done = session.execute(
+                update(Contribution)
+                .where(Contribution.id == job_id, Contribution.status == EVALUATING)
+                .values(
+                    status=status,
+                    reason=reason,
+                    claimed_by=None,
+                    lease_expires_at=None,
+                    expired_claims=count,
+                    updated_at=utcnow(),
+                )
+            ).rowcount  # type: ignore[attr-defined]
+        if done:
+            moved[job_id] = status
+    return moved
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ class EvaluationOutcome:
     interval_high: float | None = None
     batch_size: int | None = None
     base_rows: int | None = None  # the owner's base training data the model was trained on
+    # The owner's view of a failure of the model's training code (reason and stderr tail);
+    # never part of a contributor's job reason.
+    trainer_failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

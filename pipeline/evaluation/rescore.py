@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -29,6 +30,7 @@ from pipeline.evaluation.datasets import (
 from pipeline.evaluation.jobs import normalize_trigger
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.sandbox.errors import TrainerFailed
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -42,6 +44,16 @@ def guarded_rescore(
     """A re-score that cannot stop the rest of the run; its failure is reported in the outcome."""
     try:
         outcome = score()
+    except TrainerFailed as exc:
+        log.warning("re-score for %s: the model's training code failed: %s", version, exc.detail)
+        return EvaluationOutcome(
+            None,
+            version,
+            "rescore",
+            status=FAILED,
+            detail=f"re-score failed: the model's training code failed: {exc.summary}",
+            trainer_failure=exc.describe(),
+        )
     except Exception as exc:
         log.exception("re-score for %s failed", version or "the model")
         detail = exc.detail if isinstance(exc, DomainError) else type(exc).__name__
@@ -92,7 +104,17 @@ def rescore_model(
     the model's gain over it. Returns None when the model has no benchmark. Recorded like a
     valuation: only while `batch`'s run holds the model (`model_claims.fence`).
     """
-    frames = frames or DatasetFrames(svc)
+    if frames is None:
+        with closing(DatasetFrames(svc)) as own:
+            return rescore_model(
+                svc,
+                model_id,
+                trigger=trigger,
+                run_id=run_id,
+                spec=spec,
+                dataset_version_id=dataset_version_id,
+                frames=own,
+            )
     spec = spec or latest_benchmark(svc.db, model_id)
     if spec is None:
         log.info("model %s has no benchmark; nothing to re-score", model_id)
@@ -106,6 +128,7 @@ def rescore_model(
         bench.frame,
         task_type=task_type,
         estimator=estimator,
+        trainer=frames.trainers.for_model(model_id),
         target_column=bench.target_column,
         input_columns=bench.input_columns or None,
         metric_name=bench.metric_name,

@@ -10,12 +10,16 @@ Trivial baselines, used instead of fitting an estimator when there is nothing to
   improvement;
 - training rows but a single class (classification), or no input column with any training
   value: the training rows' most frequent class (ties: the smallest label) or mean target.
+
+A model with the owner's training code (`trainer`) is fitted in the sandbox instead of by a
+listed estimator (`pipeline.sandbox`); the trivial baselines above stand in for it too, so
+the owner's code is only ever given rows it can learn from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -30,13 +34,18 @@ from pipeline.evaluation.metrics import (
 )
 from pipeline.models.estimators import Recipe, as_recipe, build_estimator, validate_estimator
 
+if TYPE_CHECKING:
+    from pipeline.sandbox.runner import OwnerTrainer
+
 
 class ScoringOptions(TypedDict):
     """How a model is trained and scored on a benchmark (keyword arguments of the scorer)."""
 
     task_type: str
-    # A recipe, or an estimator's name (its recipe without parameters).
-    estimator: str | Recipe
+    # A recipe, or an estimator's name (its recipe without parameters); None with `trainer`:
+    # the owner's code, run in the sandbox.
+    estimator: str | Recipe | None
+    trainer: NotRequired[OwnerTrainer | None]
     target_column: str
     # Empty or None: every benchmark column other than the target that the training frame has.
     input_columns: NotRequired[Sequence[str] | None]
@@ -53,14 +62,17 @@ class BenchmarkScorer:
     """
 
     def __init__(self, benchmark_df: pd.DataFrame, **options: Unpack[ScoringOptions]) -> None:
-        task_type, recipe = options["task_type"], as_recipe(options["estimator"])
+        task_type, estimator = options["task_type"], options["estimator"]
+        recipe = None if estimator is None else as_recipe(estimator)
         target_column, metric_name = options["target_column"], options["metric_name"]
         metric = METRICS.get(metric_name)
         if metric is None:
             raise InvalidInput(
                 f"unknown metric_name {metric_name!r}; expected one of {', '.join(METRICS)}"
             )
-        validate_estimator(recipe.estimator, task_type)
+        trainer = options.get("trainer")
+        if trainer is None:
+            validate_estimator(recipe.estimator if recipe else "", task_type)
         if metric.task_type != task_type:
             raise InvalidInput(
                 f"metric {metric_name!r} is a {metric.task_type} metric; the model is {task_type}"
@@ -73,6 +85,7 @@ class BenchmarkScorer:
         self.metric = metric
         self.task_type = task_type
         self.recipe = recipe
+        self.trainer = trainer
         self.target_column = target_column
         self.input_columns = list(options.get("input_columns") or [])
         self.bench = bench
@@ -92,12 +105,15 @@ class BenchmarkScorer:
         return _labelled(frame, self.target_column, self.task_type, "training data")
 
     def predict(self, train_df: pd.DataFrame) -> Predictions:
-        """Train the estimator on `train_df` and predict every benchmark row."""
+        """Train the estimator (or the owner's trainer) on `train_df` and predict every
+        benchmark row."""
         train = self.labelled(train_df)
         columns = _input_columns(train, self.bench, self.target_column, self.input_columns)
-        predictor = _fit(
-            train, self.bench, columns, self.task_type, self.recipe, self.target_column
-        )
+        predictor: Any = _baseline(train, self.bench, columns, self.task_type, self.target_column)
+        if predictor is None:
+            if self.recipe is None:
+                return self._owner_predictions(train, columns)
+            predictor = _fit(train, columns, self.task_type, self.recipe, self.target_column)
         x_bench = self.bench[columns]
         name = self.metric.name
         if self.task_type == "regression":
@@ -109,6 +125,26 @@ class BenchmarkScorer:
             )
             return Predictions(name, self.y_true, scores, self.classes)
         return Predictions(name, self.y_true, predictor.predict(x_bench), self.classes)
+
+    def _owner_predictions(self, train: pd.DataFrame, columns: list[str]) -> Predictions:
+        """The owner's code fits and predicts in the sandbox; it is given the training rows and
+        the benchmark's features, never the benchmark's labels. Scored here, on them."""
+        assert self.trainer is not None
+        output = self.trainer.predict(
+            train[[*columns, self.target_column]].reset_index(drop=True),
+            self.bench[columns].reset_index(drop=True),
+            target=self.target_column,
+            task_type=self.task_type,
+            probabilities=self.metric.uses_probabilities,
+            y_true=self.y_true,
+        )
+        name = self.metric.name
+        if self.task_type == "regression":
+            return Predictions(name, self.y_true, output.values)
+        if self.metric.uses_probabilities:
+            scores = _class_scores(self.classes, output.classes, output.values)
+            return Predictions(name, self.y_true, scores, self.classes)
+        return Predictions(name, self.y_true, output.values, self.classes)
 
     def score(self, train_df: pd.DataFrame) -> float:
         return metric_score(self.predict(train_df))
@@ -175,20 +211,27 @@ class _Constant:
         return np.ones((len(frame), 1))
 
 
-def _fit(
+def _baseline(
     train: pd.DataFrame,
     bench: pd.DataFrame,
     columns: list[str],
     task_type: str,
-    recipe: Recipe,
     target_column: str,
-) -> Any:
+) -> _Constant | None:
+    """The trivial baseline when there is nothing to fit (module docstring), else None."""
     if train.empty:
         return _Constant(_best_constant(bench[target_column], task_type))
     y = train[target_column]
     single_class = task_type == "classification" and y.nunique() < 2
     if single_class or not columns:
         return _Constant(_best_constant(y, task_type))
+    return None
+
+
+def _fit(
+    train: pd.DataFrame, columns: list[str], task_type: str, recipe: Recipe, target_column: str
+) -> Any:
+    y = train[target_column]
     pipeline = build_estimator(recipe, task_type, rows=len(train))
     try:
         pipeline.fit(train[columns], y.to_numpy())

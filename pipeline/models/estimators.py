@@ -174,6 +174,19 @@ def as_recipe(value: str | Recipe) -> Recipe:
     return value if isinstance(value, Recipe) else Recipe(value)
 
 
+# What the label check (`pipeline.checks.labels`) trains for a model with the owner's training
+# code: cross-validating the owner's code would cost one sandboxed run per fold.
+CHECK_ESTIMATORS: dict[TaskType, str] = {
+    "classification": "random_forest_classifier",
+    "regression": "random_forest_regressor",
+}
+
+
+def check_estimator(task_type: str, estimator: str | None) -> str:
+    """The estimator the label check trains: the model's own, else `CHECK_ESTIMATORS`'."""
+    return estimator or CHECK_ESTIMATORS[validate_task_type(task_type)]
+
+
 def validate_task_type(task_type: str) -> TaskType:
     if task_type not in TASK_TYPES:
         raise InvalidInput(

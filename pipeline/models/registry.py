@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +26,16 @@ from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
 from pipeline.models.recipe_checks import check_recipe
+from pipeline.sandbox.folders import (
+    check_entry,
+    definition_file,
+    pack_folder,
+    parse_entry,
+    trainer_key,
+)
+
+if TYPE_CHECKING:
+    from pipeline.store.objectstore import ObjectStore
 
 DEMO_MODEL_FILE = "customer_churn.json"
 # The demo models `prepare_store` registers in an empty store, in order (ids 1, 2): files in
@@ -58,14 +68,20 @@ class ModelDefinition(BaseModel):
     description: str = ""
     task_type: Literal["classification", "regression"]
     target_column: str = Field(min_length=1)
-    estimator: str | EstimatorChoice
+    # Exactly one: a listed estimator (a name, or a name with parameters), or the owner's training
+    # code ("module:function" of the model's folder, run in the sandbox: docs/sandbox.md).
+    estimator: str | EstimatorChoice | None = None
+    trainer: str | None = Field(default=None, max_length=200)
     preprocessing: PreprocessingChoice = Field(default_factory=lambda: PreprocessingChoice())
     data_spec: dict[str, Any]
     example_row: dict[str, Any]
 
     def recipe(self) -> Recipe:
-        """The estimator, its parameters and the preprocessing, as the scorer uses them."""
+        """The estimator, its parameters and the preprocessing, as the scorer uses them (a
+        definition with a trainer has no recipe: see `table_columns`)."""
         choice = self.estimator
+        if choice is None:
+            raise InvalidInput("model definition: a model with a trainer has no estimator recipe")
         name, params = (choice, {}) if isinstance(choice, str) else (choice.name, choice.params)
         pre = self.preprocessing
         return Recipe(
@@ -75,15 +91,21 @@ class ModelDefinition(BaseModel):
         )
 
     def table_columns(self) -> dict[str, Any]:
-        """The Model row's columns: the estimator's name, and the whole recipe as JSON."""
+        """The Model row's columns: the estimator's name, and the whole recipe as JSON (both None
+        for a model with the owner's trainer)."""
         fields = self.model_dump(exclude={"estimator", "preprocessing"})
+        if self.trainer is not None:
+            return {**fields, "estimator": None, "recipe": None}
         recipe = self.recipe()
         return {**fields, "estimator": recipe.estimator, "recipe": recipe.to_json()}
 
 
-def model_recipe(model: Model) -> Recipe:
-    """A registered model's recipe (models registered before recipes: the estimator's name)."""
-    return Recipe.from_json(model.recipe) if model.recipe else Recipe(model.estimator)
+def model_recipe(model: Model) -> Recipe | None:
+    """A registered model's recipe (models registered before recipes: the estimator's name);
+    None for a model with the owner's trainer."""
+    if model.recipe:
+        return Recipe.from_json(model.recipe)
+    return Recipe(model.estimator) if model.estimator else None
 
 
 def parse_definition(data: Any) -> ModelDefinition:
@@ -100,12 +122,17 @@ def parse_definition(data: Any) -> ModelDefinition:
             f"model definition: target_column {definition.target_column!r} "
             "is not a property of the data_spec"
         )
-    check_recipe(
-        definition.recipe(),
-        definition.task_type,
-        columns=definition.data_spec.get("properties", {}),
-        target_column=definition.target_column,
-    )
+    if (definition.estimator is None) == (definition.trainer is None):
+        raise InvalidInput("model definition: give either an estimator or a trainer, not both")
+    if definition.trainer is not None:
+        parse_entry(definition.trainer)
+    else:
+        check_recipe(
+            definition.recipe(),
+            definition.task_type,
+            columns=definition.data_spec.get("properties", {}),
+            target_column=definition.target_column,
+        )
     errors = RowValidator(definition.data_spec).errors_for([definition.example_row])
     if errors:
         problems = "; ".join(f"{e.path}: {e.message}" for e in errors)
@@ -120,6 +147,25 @@ def load_definition(path: Path) -> ModelDefinition:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise InvalidInput(f"{path}: not valid JSON/YAML: {exc}") from None
     return parse_definition(data)
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model registered from its folder: the definition and the packed training code."""
+
+    definition: ModelDefinition
+    archive: bytes | None = None  # None: a definition with an estimator, no code to keep
+    sha256: str | None = None
+
+
+def load_model_folder(folder: Path) -> ModelFolder:
+    """A model folder's definition and, for a trainer, its checked and packed code."""
+    definition = load_definition(definition_file(folder))
+    if definition.trainer is None:
+        return ModelFolder(definition, None, None)
+    check_entry(folder, definition.trainer)
+    archive, sha256 = pack_folder(folder)
+    return ModelFolder(definition, archive, sha256)
 
 
 def demo_definition(filename: str = DEMO_MODEL_FILE) -> ModelDefinition:
@@ -161,27 +207,55 @@ def set_model_owner(model: Model, owner: ModelOwner) -> None:
 
 
 def register_model(
-    session: Session, definition: ModelDefinition, owner: ModelOwner | None = None
+    session: Session,
+    definition: ModelDefinition,
+    owner: ModelOwner | None = None,
+    *,
+    trainer_sha256: str | None = None,
 ) -> Model:
     """Add a model, or update the one with the same name (bumping its spec version).
 
     `owner`, when given, becomes the model's owner; otherwise an existing model keeps its own.
+    A definition with a trainer needs the hash of its stored folder (`trainer_sha256`).
     """
+    if (definition.trainer is None) != (trainer_sha256 is None):
+        raise InvalidInput(
+            "a model with a trainer is registered from its folder: marketplace models add DIR"
+        )
     existing = session.scalar(select(Model).where(Model.name == definition.name))
     if existing is not None:
         if existing.data_spec != definition.data_spec:
             existing.spec_version += 1
         for field, value in definition.table_columns().items():
             setattr(existing, field, value)
+        if existing.trainer_sha256 != trainer_sha256:
+            existing.trainer_sha256 = trainer_sha256
+            existing.trainer_failure = None
         if owner is not None:
             set_model_owner(existing, owner)
         session.flush()
         return existing
-    model = Model(**definition.table_columns(), spec_version=1, last_version=0)
+    model = Model(
+        **definition.table_columns(), trainer_sha256=trainer_sha256, spec_version=1, last_version=0
+    )
     if owner is not None:
         set_model_owner(model, owner)
     session.add(model)
     session.flush()
+    return model
+
+
+def register_model_folder(
+    session: Session, store: ObjectStore, folder: ModelFolder, owner: ModelOwner | None = None
+) -> Model:
+    """Register a model from its folder; a trainer's packed folder is stored by its hash.
+
+    The object is written inside the caller's transaction: if the write fails, nothing is
+    registered (an object left by a failed commit is unreferenced and harmless).
+    """
+    model = register_model(session, folder.definition, owner, trainer_sha256=folder.sha256)
+    if folder.archive is not None and folder.sha256 is not None:
+        store.put_bytes(trainer_key(model.id, folder.sha256), folder.archive)
     return model
 
 

@@ -320,6 +320,9 @@ class _Game:
         self.score_without = metric_score(self.without)
         self.denominator = improvement_denominator(self.score_without, scorer.floor)
         self.scores: dict[Coalition, float] = {}
+        # The predictions of every coalition trained: the final one is scored again for the
+        # interval, and a model (an owner's sandboxed trainer above all) is not fitted twice.
+        self._predicted: dict[Coalition, Predictions] = {}
         self.trained = 1
 
     def frame(self, coalition: Coalition) -> pd.DataFrame:
@@ -327,7 +330,9 @@ class _Game:
         return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
     def predictions(self, coalition: Coalition) -> Predictions:
-        return self.scorer.predict(self.frame(coalition))
+        if coalition not in self._predicted:
+            self._predicted[coalition] = self.scorer.predict(self.frame(coalition))
+        return self._predicted[coalition]
 
     def improvement(self, score: float) -> float:
         gain = score - self.score_without

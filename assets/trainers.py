@@ -1,0 +1,150 @@
+"""The evaluation step's trainer runner: each sandbox run started through Dagster Pipes.
+
+`PipesTrainerRunner` is the `pipeline.sandbox.runner.TrainerRunner` of the evaluation asset.
+Every run starts the same launcher command (`SandboxRun.command`: limits, empty environment,
+wall clock, bubblewrap); the Pipes client only changes who starts it and where its log lines
+go. With TRAINER_PIPES_CLIENT=subprocess (the default) a `PipesSubprocessClient` starts it on
+the step's machine; the context goes in the environment (which the launcher passes on) and
+messages come back through a file in the run's box, so the harness's progress lines appear
+in the step's log. With TRAINER_PIPES_CLIENT=k8s a `PipesK8sClient` (dagster-k8s, not
+installed by default) starts it in a pod of `trainer_pod_spec`: the pod is the sandbox there
+(no bubblewrap inside), its run folder on a volume shared with the run worker.
+
+Messages the trainer reports are logged, never turned into materializations or check results:
+the scores come from `pipeline.evaluation`, outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from pipeline.core.config import Settings
+from pipeline.sandbox.runs import SandboxRun
+
+TRAINER_LABEL = {"app.kubernetes.io/name": "marketplace-trainer"}
+RUN_VOLUME = "trainer-runs"
+# Memory the launcher and the interpreter need beside the trainer's own limit.
+POD_MEMORY_HEADROOM_MB = 256
+POD_DEADLINE_GRACE_SECONDS = 60
+
+
+class PipesTrainerRunner:
+    """Starts sandbox runs through a Pipes client of the step's `context`, one at a time."""
+
+    def __init__(self, context: dg.AssetExecutionContext, settings: Settings) -> None:
+        self.context = context
+        self.settings = settings
+        self.k8s = settings.trainer_pipes_client == "k8s"
+        self.run_root: Path | None = settings.trainer_k8s_volume_mount if self.k8s else None
+        self.isolation: str | None = "none" if self.k8s else None
+        # Pipes sessions report into the step's context: never two at once.
+        self._lock = threading.Lock()
+
+    def start(self, run: SandboxRun) -> None:
+        with self._lock:
+            try:
+                if self.k8s:
+                    self._start_pod(run)
+                else:
+                    self._start_subprocess(run)
+            except Exception as exc:  # the outcome, read from the run folder, says why
+                self.context.log.info(f"trainer run ended with an error: {type(exc).__name__}")
+
+    def _start_subprocess(self, run: SandboxRun) -> None:
+        client = dg.PipesSubprocessClient(
+            context_injector=dg.PipesEnvContextInjector(),
+            message_reader=dg.PipesFileMessageReader(str(run.messages_path)),
+        )
+        client.run(context=self.context, command=run.command, env={"PATH": "/usr/bin:/bin"})
+
+    def _start_pod(self, run: SandboxRun) -> None:
+        client = k8s_client(self.settings)
+        client.run(
+            context=self.context,
+            image=self.settings.trainer_k8s_image,
+            command=run.command,
+            namespace=self.settings.trainer_k8s_namespace,
+            base_pod_meta={"labels": TRAINER_LABEL},
+            base_pod_spec=trainer_pod_spec(self.settings, run.dir),
+        )
+
+
+def k8s_client(settings: Settings) -> Any:
+    """Dagster's Kubernetes Pipes client; a clear error where dagster-k8s is not installed."""
+    try:
+        from dagster_k8s import PipesK8sClient
+    except ImportError:
+        raise dg.Failure(
+            "TRAINER_PIPES_CLIENT=k8s needs the dagster-k8s package in the code location's "
+            "image (docs/sandbox.md, Production)"
+        ) from None
+    return PipesK8sClient()
+
+
+def trainer_pod_spec(settings: Settings, run_dir: Path) -> dict[str, Any]:
+    """The trainer pod: limits from the settings, no service-account token, non-root with no
+    capabilities, and only its own run folder of the shared volume mounted."""
+    memory = f"{settings.trainer_memory_mb + POD_MEMORY_HEADROOM_MB}Mi"
+    mount = settings.trainer_k8s_volume_mount
+    return {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": settings.trainer_wall_seconds + POD_DEADLINE_GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumes": [
+            {
+                "name": RUN_VOLUME,
+                "persistentVolumeClaim": {"claimName": settings.trainer_k8s_volume_claim},
+            }
+        ],
+        "containers": [
+            {
+                "name": "trainer",
+                "resources": {
+                    "requests": {"cpu": "1", "memory": memory},
+                    "limits": {
+                        "cpu": "1",
+                        "memory": memory,
+                        "ephemeral-storage": f"{settings.trainer_file_size_mb}Mi",
+                    },
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [
+                    {
+                        "name": RUN_VOLUME,
+                        "mountPath": str(run_dir),
+                        "subPath": str(run_dir.relative_to(mount)),
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def trainer_network_policy(namespace: str) -> dict[str, Any]:
+    """Deny every egress (and ingress) of the trainer pods: the manifest docs/sandbox.md shows."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "marketplace-trainer-deny-all", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": TRAINER_LABEL},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [],
+        },
+    }

@@ -1,0 +1,187 @@
+"""Benchmark: one evaluation with the owner's trainer in the sandbox, against the same estimator
+in process.
+
+    python bench/trainer.py
+    python bench/trainer.py --rows 100000 --contribution-rows 1000 --bench-rows 5000
+
+Values one 1,000-row contribution on top of 100,000 base rows against a 5,000-row benchmark
+(demo churn data, accuracy, the default valuation settings): two models trained ("without"
+and "with") and a bootstrap interval — one evaluation as the pipeline runs it
+(`pipeline.rewards.valuation.value_batch`). In process, the model is the listed
+`gradient_boosting_classifier` (`pipeline.models.estimators`); sandboxed, it is a train.py
+that builds the same pipeline (same preprocessing, same estimator and seed), run in the
+sandbox of `pipeline.sandbox` (launcher, bubblewrap, limits) by the plain subprocess runner,
+the same launcher the Dagster Pipes runner starts. Both must reach the same scores; the
+figures say so. Valuation needs no HTTP, so no server is started.
+
+Cost is CPU seconds of this process and of its children (the launcher, and the sandboxed
+fits as the harness reports them: bubblewrap's PID namespace hides them from this process's
+accounting), which other load on a shared machine disturbs far less than wall time; wall
+seconds are printed beside it. Prints `figure: value` lines and, last, `ratio: X` =
+sandboxed cost / in-process cost (goal ≤ 1.3: process start, data hand-over and result
+read-back stay small next to the fit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pandas as pd
+
+from pipeline.core.config import load_settings
+from pipeline.demo.churn_data import churn_rows
+from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
+from pipeline.sandbox.outcome import TrainerOutput
+from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
+from pipeline.sandbox.runs import SandboxLimits
+
+ESTIMATOR = "gradient_boosting_classifier"
+OPTIONS = {"task_type": "classification", "target_column": "churned", "metric_name": "accuracy"}
+
+# The in-process pipeline of `pipeline.models.estimators` for ESTIMATOR, as an owner writes it.
+TRAIN_PY = """
+import math
+
+import pandas as pd
+from sklearn.compose import ColumnTransformer, make_column_selector
+from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+
+
+def _as_floats(frame):
+    return pd.DataFrame(frame).apply(pd.to_numeric, errors="coerce").astype("float64")
+
+
+def _as_text(frame):
+    def text(value):
+        if value is None or value is pd.NA or value is pd.NaT:
+            return math.nan
+        if isinstance(value, float) and math.isnan(value):
+            return math.nan
+        return str(value)
+
+    return pd.DataFrame(frame).astype(object).map(text)
+
+
+def fit(train, target):
+    numeric = Pipeline([
+        ("coerce", FunctionTransformer(_as_floats)),
+        ("impute", SimpleImputer(strategy="median")),
+        ("scale", StandardScaler()),
+    ])
+    categorical = Pipeline([
+        ("coerce", FunctionTransformer(_as_text)),
+        ("impute", SimpleImputer(strategy="most_frequent")),
+        ("encode", OneHotEncoder(handle_unknown="ignore", max_categories=50)),
+    ])
+    features = ColumnTransformer([
+        ("numeric", numeric, make_column_selector(dtype_include="number")),
+        ("categorical", categorical, make_column_selector(dtype_exclude="number")),
+    ])
+    estimator = GradientBoostingClassifier(random_state=0)
+    model = Pipeline([("features", features), ("model", estimator)])
+    return model.fit(train.drop(columns=[target]), train[target].to_numpy())
+"""
+
+T = TypeVar("T")
+
+
+class CountedTrainer(OwnerTrainer):
+    """The trainer, adding up the CPU seconds its sandboxed runs report: a process in bwrap's
+    PID namespace is not counted in this process's children."""
+
+    reported: ClassVar[list[float]] = []
+
+    def predict(self, *args: Any, **kwargs: Any) -> TrainerOutput:
+        output = super().predict(*args, **kwargs)
+        self.reported.append(output.cpu_seconds or 0.0)
+        return output
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(action: Callable[[], T]) -> tuple[float, float, T]:
+    """(CPU seconds of this process and its children; wall seconds; result)."""
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    result = action()
+    return cpu_seconds() - cpu, time.perf_counter() - wall, result
+
+
+def evaluate(
+    scorer: BenchmarkScorer, base: pd.DataFrame, contribution: pd.DataFrame
+) -> BatchValuation:
+    settings = ValuationSettings.from_settings(load_settings())
+    one_worker = ValuationSettings(settings.resamples, settings.level, 6, 128, workers=1)
+    return value_batch(
+        scorer, base, [Player("c", contribution)], higher_is_better=True, settings=one_worker
+    )
+
+
+def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
+    bench = pd.DataFrame(churn_rows(bench_rows, seed=1))
+    base = pd.DataFrame(churn_rows(rows, seed=2))
+    contribution = pd.DataFrame(churn_rows(contribution_rows, seed=100))
+    print(f"base_rows: {rows}")
+    print(f"contribution_rows: {contribution_rows}")
+    print(f"benchmark_rows: {bench_rows}")
+    print(f"estimator: {ESTIMATOR}")
+
+    in_process = BenchmarkScorer(bench, estimator=ESTIMATOR, **OPTIONS)  # type: ignore[arg-type]
+    inside_cpu, inside_wall, inside = timed(lambda: evaluate(in_process, base, contribution))
+
+    settings = load_settings()
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        folder = Path(tmp)
+        (folder / "train.py").write_text(textwrap.dedent(TRAIN_PY))
+        trainer = CountedTrainer(
+            folder,
+            "train:fit",
+            SubprocessRunner(),
+            SandboxLimits.from_settings(settings),
+            settings.trainer_isolation,
+        )
+        sandboxed = BenchmarkScorer(bench, estimator=None, trainer=trainer, **OPTIONS)  # type: ignore[arg-type]
+        boxed_cpu, boxed_wall, boxed = timed(lambda: evaluate(sandboxed, base, contribution))
+        boxed_cpu += sum(CountedTrainer.reported)
+
+    print(f"in_process_cpu_seconds: {inside_cpu:.3f}")
+    print(f"in_process_wall_seconds: {inside_wall:.3f}")
+    print(f"sandboxed_cpu_seconds: {boxed_cpu:.3f}")
+    print(f"sandboxed_runs: {len(CountedTrainer.reported)}")
+    print(f"sandboxed_wall_seconds: {boxed_wall:.3f}")
+    print(f"in_process_scores: {inside.score_without:.6f} -> {inside.score_with:.6f}")
+    print(f"sandboxed_scores: {boxed.score_without:.6f} -> {boxed.score_with:.6f}")
+    same = (inside.score_without, inside.score_with) == (boxed.score_without, boxed.score_with)
+    print(f"same_scores: {same}")
+    print(f"wall_ratio: {boxed_wall / inside_wall:.3f}")
+    print(f"ratio: {boxed_cpu / inside_cpu:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=100_000, help="base training rows")
+    parser.add_argument("--contribution-rows", type=int, default=1000)
+    parser.add_argument("--bench-rows", type=int, default=5000, help="benchmark rows")
+    args = parser.parse_args()
+    run(args.rows, args.contribution_rows, args.bench_rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The evaluation asset runs the owner's training code through Dagster Pipes (docs/sandbox.md).
+
+A good trainer's progress lines reach the step's log through Pipes and the contribution is
+paid; a failing trainer fails the evaluation step with the reason and the last lines of its
+stderr, and the contribution goes back to `queued`, unpaid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets import ASSET_CHECKS, ASSETS
+from assets.partitions import TAG_TRIGGER, TAG_VERSIONS, dataset_versions, partition_key
+from assets.resources import MARKETPLACE, MarketplaceResource
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.tables import QUEUED, REWARDED
+from pipeline.sandbox.runs import bwrap_path
+from pipeline.store.objectstore import LocalObjectStore
+from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
+from tests.support.trainers import FAILING_TRAINER, GOOD_TRAINER, owner_model
+
+pytestmark = [
+    pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed"),
+    pytest.mark.parametrize("backend", ["sqlite"]),
+]
+
+
+@pytest.fixture
+def store(settings: Settings) -> LocalObjectStore:
+    return LocalObjectStore(settings.objects_dir)
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    with dg.DagsterInstance.ephemeral() as ephemeral:
+        yield ephemeral
+
+
+def materialize(
+    settings: Settings, instance: dg.DagsterInstance, model_id: int, versions: list[str]
+) -> dg.ExecuteInProcessResult:
+    keys = [partition_key(model_id, v) for v in versions]
+    instance.add_dynamic_partitions(dataset_versions.name, keys)
+    return dg.materialize(
+        [*ASSETS, *ASSET_CHECKS],
+        partition_key=keys[-1],
+        instance=instance,
+        resources={MARKETPLACE: MarketplaceResource.from_settings(settings)},
+        tags={TAG_TRIGGER: "arrival", TAG_VERSIONS: ",".join(versions)},
+        raise_on_error=False,
+    )
+
+
+def step_log(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> str:
+    return "\n".join(entry.user_message for entry in instance.all_logs(result.run_id))
+
+
+def test_trainer_runs_through_pipes_and_the_contribution_is_paid(
+    settings: Settings,
+    db: Database,
+    store: LocalObjectStore,
+    instance: dg.DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    model_id = owner_model(db, store, tmp_path, GOOD_TRAINER)
+    _, bench = add_benchmark(db, store, model_id=model_id)
+    job_id, version = contribute(db, store, model_id=model_id, with_manifest=manifest(WALLET_A))
+
+    result = materialize(settings, instance, model_id, [bench, version])
+
+    assert result.success
+    assert job(db, job_id).status == REWARDED
+    # The harness's progress, reported through Pipes from inside the sandbox.
+    assert "fitting train:fit on 200 rows" in step_log(instance, result)
+
+
+def test_failing_trainer_fails_the_step_with_its_reason_and_stderr(
+    settings: Settings,
+    db: Database,
+    store: LocalObjectStore,
+    instance: dg.DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    model_id = owner_model(db, store, tmp_path, FAILING_TRAINER)
+    _, bench = add_benchmark(db, store, model_id=model_id)
+    job_id, version = contribute(db, store, model_id=model_id, with_manifest=manifest(WALLET_A))
+
+    result = materialize(settings, instance, model_id, [bench, version])
+
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure and e.step_key == "evaluation"]
+    description = failure.step_failure_data.user_failure_data.description or ""
+    assert "the training code raised ValueError: my secret feature engineering broke" in description
+    assert "last lines of the trainer's stderr" in description and "Traceback" in description
+    assert job(db, job_id).status == QUEUED
+    assert not instance.get_materialized_partitions(dg.AssetKey("rewards"))
