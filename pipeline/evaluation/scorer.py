@@ -90,10 +90,14 @@ class BenchmarkScorer:
         """A training frame's rows with a target (raises Unprocessable for unusable targets)."""
         return _labelled(frame, self.target_column, self.task_type, "training data")
 
+    def feature_columns(self, train: pd.DataFrame) -> list[str]:
+        """The input columns a model trained on the labelled frame `train` uses."""
+        return _input_columns(train, self.bench, self.target_column, self.input_columns)
+
     def predict(self, train_df: pd.DataFrame) -> Predictions:
         """Train the estimator on `train_df` and predict every benchmark row."""
         train = self.labelled(train_df)
-        columns = _input_columns(train, self.bench, self.target_column, self.input_columns)
+        columns = self.feature_columns(train)
         predictor = _fit(
             train, self.bench, columns, self.task_type, self.estimator, self.target_column
         )
