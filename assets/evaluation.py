@@ -54,6 +54,7 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
             "pool %",
             "interval %",
             "batch",
+            "shares by",
             "status",
             "detail",
         ],
@@ -68,6 +69,7 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.pool_pct, 2),
                 _interval(o.interval_low, o.interval_high),
                 "" if o.batch_size is None else str(o.batch_size),
+                shares_by(o),
                 evaluation_status(o),
                 evaluation_detail(o),
             )
@@ -110,6 +112,16 @@ def evaluation(
             "evaluations": len([o for o in outcomes if o.evaluation_id]),
             "results": _evaluation_table(outcomes),
         },
+    )
+
+
+def shares_by(outcome: EvaluationOutcome) -> str:
+    """How the shares were computed: method, accepted rows trained on, "without" cached or not."""
+    if outcome.valuation_method is None:
+        return ""
+    return (
+        f"{outcome.valuation_method}, {outcome.sample_rows} accepted rows, "
+        f"without: cache {outcome.without_cache}, {outcome.models_trained} models trained"
     )
 
 
@@ -157,6 +169,10 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             "interval_low_pct": outcome.interval_low,
             "interval_high_pct": outcome.interval_high,
             "batch_size": outcome.batch_size,
+            "valuation_method": outcome.valuation_method,
+            "sample_rows": outcome.sample_rows,
+            "without_cache": outcome.without_cache,
+            "models_trained": outcome.models_trained,
             "evaluation_id": outcome.evaluation_id,
             "detail": evaluation_detail(outcome),
         }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -47,7 +48,9 @@ from pipeline.evaluation.datasets import (
 from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.evaluation.without_cache import WithoutCache, WithoutKey, model_state_key
 from pipeline.rewards.valuation import (
+    CACHE_MISS,
     NOISE,
     BatchValuation,
     Player,
@@ -62,6 +65,17 @@ log = logging.getLogger(__name__)
 
 # A batch's players by contribution id: the batch item and the rows valued.
 Players = dict[str, tuple[VersionItem, Player]]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What a batch is valued on: the scorer, the benchmark, the accepted rows (the claimed
+    contributions aside) and the key of the model trained on them (the "without" cache)."""
+
+    scorer: BenchmarkScorer
+    bench: BenchmarkData
+    base: pd.DataFrame | None
+    key: WithoutKey
 
 
 def valuation_frame(svc: Services, item: VersionItem, frame: pd.DataFrame) -> pd.DataFrame:
@@ -84,16 +98,16 @@ def value_contributions(
     outcomes: dict[str, EvaluationOutcome] = {}
     claimed = _claim_for_valuation(svc, items, outcomes)
     try:
-        scorer, bench, base = _valuation_inputs(svc, frames, batch, spec, claimed)
+        inputs = _valuation_inputs(svc, frames, batch, spec, claimed)
     except Exception as exc:
         for item in claimed:
             outcomes[item.version] = (
                 _refuse(svc, item, exc) if isinstance(exc, DomainError) else _fail(svc, item, exc)
             )
         return [outcomes[item.version] for item in items]
-    players = _players(svc, frames, scorer, claimed, outcomes)
+    players = _players(svc, frames, inputs.scorer, claimed, outcomes)
     if players:
-        _value_and_record(svc, batch, spec.id, (scorer, bench, base), players, outcomes)
+        _value_and_record(svc, batch, spec.id, inputs, players, outcomes)
     return [outcomes[item.version] for item in items]
 
 
@@ -129,8 +143,9 @@ def _valuation_inputs(
     batch: Batch,
     spec: BenchmarkSpec,
     claimed: Sequence[VersionItem],
-) -> tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None]:
-    """The scorer on the benchmark, the benchmark, and the accepted rows (claimed ones aside)."""
+) -> _Inputs:
+    """The scorer on the benchmark, the benchmark, the accepted rows (claimed ones aside) and
+    the key of the model they train."""
     task_type, estimator = model_settings(svc.db, batch.model_id)
     bench = frames.benchmark(spec)
     scorer = BenchmarkScorer(
@@ -142,8 +157,9 @@ def _valuation_inputs(
         metric_name=bench.metric_name,
     )
     claimed_jobs = {item.contribution_id for item in claimed}
-    base = concat_frames(frames.many(accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)))
-    return scorer, bench, base
+    accepted = accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)
+    key = model_state_key(batch.model_id, spec, accepted, scorer)
+    return _Inputs(scorer, bench, concat_frames(frames.many(accepted)), key)
 
 
 def _players(
@@ -180,14 +196,13 @@ def _value_and_record(
     svc: Services,
     batch: Batch,
     spec_id: str,
-    inputs: tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None],
+    inputs: _Inputs,
     players: Players,
     outcomes: dict[str, EvaluationOutcome],
 ) -> None:
     """Value the players and write the verdicts; a batch that cannot be written is queued again."""
-    scorer, bench, base = inputs
     try:
-        valuation = _value_players(svc, scorer, base, players, outcomes, bench)
+        valuation = _value_players(svc, inputs, players, outcomes)
     except Exception as exc:
         for item, _ in players.values():
             outcomes[item.version] = _fail(svc, item, exc)
@@ -212,29 +227,35 @@ class _LeftEvaluating(Exception):
 
 
 def _value_players(
-    svc: Services,
-    scorer: BenchmarkScorer,
-    base: pd.DataFrame | None,
-    players: Players,
-    outcomes: dict[str, EvaluationOutcome],
-    bench: BenchmarkData,
+    svc: Services, inputs: _Inputs, players: Players, outcomes: dict[str, EvaluationOutcome]
 ) -> BatchValuation | None:
     """Value the players; a player the estimator or metric refuses is rejected alone.
 
     On a DomainError of the batch, each player is tried alone with the accepted data; those
-    refused are rejected (and removed from `players`) and the rest are valued again.
+    refused are rejected (and removed from `players`) and the rest are valued again. "Without"
+    comes from the cache when the model's accepted state is unchanged, and is stored on a miss.
     """
+    cache = WithoutCache(svc.store)
+    scorer, base = inputs.scorer, inputs.base
+    without = cache.get(inputs.key, scorer)
 
-    settings = ValuationSettings.from_settings(svc.settings)
-    higher = bench.metric_direction == "higher_is_better"
-    try:
-        return value_batch(
+    def value(batch: Players) -> BatchValuation:
+        nonlocal without
+        valuation = value_batch(
             scorer,
             base,
-            [p for _, p in players.values()],
-            higher_is_better=higher,
-            settings=settings,
+            [p for _, p in batch.values()],
+            higher_is_better=inputs.bench.metric_direction == "higher_is_better",
+            settings=ValuationSettings.from_settings(svc.settings),
+            without=without,
         )
+        if valuation.without_cache == CACHE_MISS and valuation.without is not None:
+            cache.put(inputs.key, valuation.without)
+            without = valuation.without
+        return valuation
+
+    try:
+        return value(players)
     except DomainError as exc:
         if len(players) == 1:
             [(item, _)] = players.values()
@@ -249,9 +270,7 @@ def _value_players(
             del players[key]
     if not players:
         return None
-    return value_batch(
-        scorer, base, [p for _, p in players.values()], higher_is_better=higher, settings=settings
-    )
+    return value(players)
 
 
 def _refuse(svc: Services, item: VersionItem, exc: DomainError) -> EvaluationOutcome:
@@ -338,6 +357,9 @@ def _valuation_detail(
         "batch_size": valuation.players,
         "batch_rows": valuation.accepted_rows,
         "valued_rows": player.rows,
+        "sample_rows": valuation.sample_rows,
+        "without_cache": valuation.without_cache,
+        "models_trained": valuation.coalitions,
     }
 
 
@@ -374,6 +396,10 @@ def _valued_outcome(
         interval_low=interval.low if interval else None,
         interval_high=interval.high if interval else None,
         batch_size=valuation.players,
+        valuation_method=valuation.method,
+        sample_rows=valuation.sample_rows,
+        without_cache=valuation.without_cache,
+        models_trained=valuation.coalitions,
     )
 
 

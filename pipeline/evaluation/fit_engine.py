@@ -77,4 +77,4 @@ def _client(address: str) -> Any:
     """One client per scheduler address and process (connecting costs a round trip)."""
     from distributed import Client
 
-    return Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)
+    return Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]

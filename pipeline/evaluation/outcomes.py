@@ -24,6 +24,12 @@ class EvaluationOutcome:
     interval_low: float | None = None
     interval_high: float | None = None
     batch_size: int | None = None
+    # How the shares were computed (pipeline.rewards.valuation): method, accepted rows the
+    # shares' game trained on, "without" from the cache or trained, models trained.
+    valuation_method: str | None = None
+    sample_rows: int | None = None
+    without_cache: str | None = None
+    models_trained: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

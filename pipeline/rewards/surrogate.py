@@ -95,15 +95,21 @@ class SurrogateGame:
         features.fit(train[columns])
 
         def matrix(frame: pd.DataFrame) -> np.ndarray:
-            dense = np.asarray(_dense(features.transform(frame[columns])), dtype="float64")
+            # A part may lack a column: missing values, imputed like the model does.
+            rows = frame.reindex(columns=columns)
+            dense = np.asarray(_dense(features.transform(rows)), dtype="float64")
             return np.hstack([dense, np.ones((len(frame), 1))])
 
-        self.parts = [
-            _Part(matrix(p), self._targets(p), np.full(len(p), weight if i == 0 else 1.0))
-            for i, p in enumerate(parts_frames)
-        ]
         self.x_bench = matrix(scorer.bench)
         dims = self.x_bench.shape[1]
+        self.parts = [
+            _Part(
+                matrix(p) if len(p) else np.zeros((0, dims)),
+                self._targets(p),
+                np.full(len(p), weight if i == 0 else 1.0),
+            )
+            for i, p in enumerate(parts_frames)
+        ]
         self.penalty = RIDGE * np.eye(dims)
         self.penalty[-1, -1] = 0.0  # the intercept is not penalised
         self.classification = classification
@@ -115,9 +121,9 @@ class SurrogateGame:
     def _targets(self, frame: pd.DataFrame) -> np.ndarray:
         y = frame[self.scorer.target_column].to_numpy()
         if self.scorer.task_type == "regression":
-            return y.astype("float64").reshape(-1, 1)
+            return np.asarray(y.astype("float64").reshape(-1, 1))
         classes = np.asarray(self.scorer.classes, dtype=object)
-        return (y.astype(object)[:, None] == classes[None, :]).astype("float64")
+        return np.asarray(y.astype(object)[:, None] == classes[None, :], dtype="float64")
 
     def _prepare_statistics(self) -> None:
         """Each part's statistics: XᵀWX and XᵀWy (regression), or its Hessian and gradient per
@@ -156,20 +162,18 @@ class SurrogateGame:
             beta += step
             if float(np.max(np.abs(step))) < NEWTON_TOLERANCE:
                 break
-        return beta
+        return np.asarray(beta)
 
     def _coefficients(self, coalition: frozenset[int]) -> np.ndarray:
         members = [0, *(i + 1 for i in sorted(coalition))]
         hessian = self.hessians[members].sum(axis=0)
         gradient = self.gradients[members].sum(axis=0)
         if not self.classification:
-            return _solve(hessian + self.penalty, gradient)
+            return np.asarray(_solve(hessian + self.penalty, gradient))
         # One Newton step from the fit on every part, towards the fit on `members`.
         gradient = gradient - self.penalty @ self.full_fit
-        return self.full_fit + np.stack(
-            [_solve(hessian[c] + self.penalty, gradient[:, c]) for c in range(gradient.shape[1])],
-            axis=1,
-        )
+        steps = [_solve(hessian[c] + self.penalty, gradient[:, c]) for c in range(len(hessian))]
+        return np.asarray(self.full_fit + np.stack(steps, axis=1))
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         outputs = self.x_bench @ self._coefficients(coalition)

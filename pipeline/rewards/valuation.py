@@ -44,21 +44,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
     improvement_denominator,
     metric_samples,
     metric_score,
 )
-from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.shapley import (
     Coalition,
     coalitions_needed,
     exact_shapley,
-    kernel_coalitions as kernel_coalitions,
     kernel_shapley,
     sampling_budget,
+)
+from pipeline.rewards.shapley import (
+    kernel_coalitions as kernel_coalitions,
 )
 from pipeline.rewards.surrogate import SurrogateGame
 
@@ -304,7 +306,8 @@ def value_batch(
     game = _Game(
         scorer, base, [unit[0] for unit in units], higher_is_better, settings.engine, without
     )
-    method, sample_rows, (active, shares, rejected, proportional) = _split(game, len(units), settings)
+    method, sample_rows, rounds = _split(game, len(units), settings)
+    active, shares, rejected, proportional = rounds
     final = frozenset(active) if active else frozenset(range(len(units)))
     game.prepare([final])
     with_predictions = game.results[final]
@@ -361,7 +364,8 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     pool the estimator measures.
     """
     exact = units <= settings.exact_max_players
-    needed = coalitions_needed(list(range(units)), settings.exact_max_players, settings.shapley_budget)
+    players = list(range(units))
+    needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
     if units == 1 or game.coalition_rows(needed) <= settings.coalition_row_budget:
         rounds = _play_rounds(game.value, game.prepare, units, settings)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
@@ -454,6 +458,9 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "batchSize": valuation.get("batch_size"),
         "batchRows": valuation.get("batch_rows"),
         "valuedRows": valuation.get("valued_rows"),
+        "sampleRows": valuation.get("sample_rows"),
+        "withoutCache": valuation.get("without_cache"),
+        "modelsTrained": valuation.get("models_trained"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
         "integrity": quality.get("integrity"),
