@@ -48,7 +48,12 @@ from pipeline.evaluation.datasets import (
 from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.evaluation.without_cache import WithoutCache, WithoutKey, model_state_key
+from pipeline.evaluation.without_cache import (
+    WithoutCache,
+    WithoutKey,
+    model_state_key,
+    trained_as_accepted,
+)
 from pipeline.rewards.valuation import (
     CACHE_MISS,
     NOISE,
@@ -76,6 +81,8 @@ class _Inputs:
     bench: BenchmarkData
     base: pd.DataFrame | None
     key: WithoutKey
+    spec: BenchmarkSpec
+    accepted: list[VersionItem]
 
 
 def valuation_frame(svc: Services, item: VersionItem, frame: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +114,7 @@ def value_contributions(
         return [outcomes[item.version] for item in items]
     players = _players(svc, frames, inputs.scorer, claimed, outcomes)
     if players:
-        _value_and_record(svc, batch, spec.id, inputs, players, outcomes)
+        _value_and_record(svc, frames, batch, inputs, players, outcomes)
     return [outcomes[item.version] for item in items]
 
 
@@ -159,7 +166,7 @@ def _valuation_inputs(
     claimed_jobs = {item.contribution_id for item in claimed}
     accepted = accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)
     key = model_state_key(batch.model_id, spec, accepted, scorer)
-    return _Inputs(scorer, bench, concat_frames(frames.many(accepted)), key)
+    return _Inputs(scorer, bench, concat_frames(frames.many(accepted)), key, spec, accepted)
 
 
 def _players(
@@ -194,8 +201,8 @@ def _players(
 
 def _value_and_record(
     svc: Services,
+    frames: DatasetFrames,
     batch: Batch,
-    spec_id: str,
     inputs: _Inputs,
     players: Players,
     outcomes: dict[str, EvaluationOutcome],
@@ -210,7 +217,8 @@ def _value_and_record(
     if valuation is None:
         return
     try:
-        outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation))
+        outcomes.update(_record_valuation(svc, batch, inputs.spec.id, players, valuation))
+        _keep_next_without(svc, frames, inputs, players, valuation)
     except _LeftEvaluating as exc:
         # The batch is valued again, whole, by a later run.
         log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
@@ -220,6 +228,29 @@ def _value_and_record(
             outcomes[item.version] = EvaluationOutcome(
                 None, item.version, "contribution", status=QUEUED, detail=reason
             )
+
+
+def _keep_next_without(
+    svc: Services,
+    frames: DatasetFrames,
+    inputs: _Inputs,
+    players: Players,
+    valuation: BatchValuation,
+) -> None:
+    """Keep the model the batch leaves behind as the next batch's "without", when it was trained
+    on exactly the rows, in the order, that the model's accepted data now holds (every accepted
+    contribution whole, no copy, the new versions after the old): a batch of one that follows
+    an accepted one then trains one model."""
+    if valuation.with_predictions is None or set(valuation.accepted) != set(valuation.with_keys):
+        return
+    added = [players[key][0] for key in valuation.with_keys]
+    if any(len(players[i.contribution_id or ""][1].frame) != len(frames.version(i)) for i in added):
+        return  # rows already accepted were taken out: the version's rows differ
+    model_id = inputs.key.model_id
+    now = accepted_items(svc.db, model_id)
+    if trained_as_accepted(inputs.accepted, added, now):
+        key = model_state_key(model_id, inputs.spec, now, inputs.scorer)
+        WithoutCache(svc.store).put(key, valuation.with_predictions)
 
 
 class _LeftEvaluating(Exception):

@@ -72,9 +72,21 @@ def _predict(scorer: BenchmarkScorer, frame: pd.DataFrame) -> Predictions:
     return scorer.predict(frame)
 
 
+_addresses: set[str] = set()
+
+
 @lru_cache(maxsize=4)
 def _client(address: str) -> Any:
     """One client per scheduler address and process (connecting costs a round trip)."""
     from distributed import Client
 
+    _addresses.add(address)
     return Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
+
+
+def close_clients() -> None:
+    """Close this process's cluster clients (a later fit connects again)."""
+    for address in list(_addresses):
+        _client(address).close()
+    _addresses.clear()
+    _client.cache_clear()

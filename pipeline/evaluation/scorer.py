@@ -195,8 +195,9 @@ def _fit(
     pipeline = build_estimator(estimator, task_type)
     try:
         pipeline.fit(train[columns], y.to_numpy())
-    except ValueError as exc:
-        # Typically a classification target holding continuous numbers.
+    except (ValueError, TypeError) as exc:
+        # Typically a classification target holding continuous numbers, or labels of mixed
+        # types (0 and "0") that cannot be sorted.
         raise Unprocessable(
             f"the {estimator} estimator cannot be trained on this training data"
         ) from exc

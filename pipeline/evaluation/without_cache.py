@@ -84,6 +84,15 @@ def model_state_key(
     )
 
 
+def trained_as_accepted(
+    before: Sequence[VersionItem], added: Sequence[VersionItem], now: Sequence[VersionItem]
+) -> bool:
+    """Whether the accepted versions `now` are `before` followed by `added`, in that order: the
+    rows a model trained on `before` plus `added` is trained on, in its order."""
+    ids = [i.dataset_version_id for i in (*before, *added)]
+    return ids == [i.dataset_version_id for i in now]
+
+
 def recipe_digest(scorer: BenchmarkScorer) -> str:
     """How the model is trained and scored: a new estimator, target, input list, metric or
     scikit-learn release is another model."""

@@ -176,6 +176,9 @@ class SurrogateGame:
         return np.asarray(self.full_fit + np.stack(steps, axis=1))
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
+        if not any(len(self.parts[i].x) for i in (0, *(j + 1 for j in coalition))):
+            # No training row: the model's own trivial baseline (`pipeline.evaluation.scorer`).
+            return self.scorer.predict(pd.DataFrame())
         outputs = self.x_bench @ self._coefficients(coalition)
         name, y_true = self.scorer.metric.name, self.scorer.y_true
         if not self.classification:

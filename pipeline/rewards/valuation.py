@@ -174,6 +174,10 @@ class BatchValuation:
     sample_rows: int = 0  # accepted rows the shares' game trained on (all, or a sample)
     without_cache: str = CACHE_MISS
     without: Predictions | None = field(default=None, repr=False, compare=False)
+    # The model left behind: its predictions and the players whose rows it added to the
+    # accepted data, in training order (one per group of copies).
+    with_predictions: Predictions | None = field(default=None, repr=False, compare=False)
+    with_keys: tuple[str, ...] = ()
 
     @property
     def significant(self) -> bool:
@@ -348,6 +352,8 @@ def value_batch(
         sample_rows=sample_rows,
         without_cache=CACHE_HIT if game.without_cached else CACHE_MISS,
         without=game.without,
+        with_predictions=with_predictions,
+        with_keys=tuple(units[i][0].key for i in sorted(final)),
     )
 
 
