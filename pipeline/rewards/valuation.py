@@ -16,6 +16,12 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   most (1 and n - 1, then 2 and n - 2, ...) are enumerated whole while the budget allows, the
   rest sampled in complementary pairs with a fixed seed (`kernel_coalitions`). So the cost of
   a large batch grows with the size of its training sets, not with its players' count.
+- **Large batches**: when those coalitions would train more than `coalition_row_budget` rows
+  in all, the shares are the Shapley values of the surrogate game of
+  `pipeline.rewards.surrogate` (no model per coalition), scaled to the pool the estimator
+  measures; the pool and its interval are always the estimator's. "Without" may be given (the
+  cache of `pipeline.evaluation.without_cache`); the models still trained run on the fit
+  engine (`pipeline.evaluation.fit_engine`: threads, or a dask cluster).
 - **Copies**: contributions with identical rows are one player, trained on once; its value
   is split equally between them, so a copy is neither paid twice nor given a larger part.
 - **Order-free**: players are put in a canonical order (a hash of their rows) before anything
