@@ -128,13 +128,17 @@ def compare(reference: BatchValuation, surrogate: BatchValuation) -> tuple[float
 
 
 def measure(
-    estimators: dict[str, str], sizes: list[int], seeds: int, engine: Any
+    estimators: dict[str, str], sizes: list[int], seeds: int, engine: Any, only: str = ""
 ) -> list[dict[str, Any]]:
-    """One row per (data set, batch size): scenarios paid, worst and median error, Spearman."""
+    """One row per (data set, batch size): scenarios paid, worst and median error, Spearman.
+
+    `only`: comma-separated data set names (default: all)."""
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
     table = []
     for data in datasets(estimators):
+        if only and data.name not in only.split(","):
+            continue
         for players in sizes:
             errors, rhos = [], []
             for seed in range(seeds):

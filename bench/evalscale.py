@@ -162,7 +162,7 @@ def scale(args: argparse.Namespace, started: float, settings: ValuationSettings)
 
 def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
     estimators = {"classification": "logistic_regression", "regression": "linear_regression"}
-    table = measure(estimators, [2, 4, 6], args.seeds, engine)
+    table = measure(estimators, [2, 4, 6], args.seeds, engine, args.datasets)
     print(
         "faithfulness: data | estimator | players | paid/scenarios | max error % of pool "
         "| median error | min Spearman | median Spearman | within 5 %"
@@ -195,6 +195,7 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=2, help="fit threads (the machine's cores)")
     parser.add_argument("--parts", default="scale,faithfulness", help="which parts to run")
+    parser.add_argument("--datasets", default="", help="faithfulness data sets (default: all)")
     args = parser.parse_args()
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.batches = sorted(int(s) for s in args.batches.split(","))

@@ -25,8 +25,17 @@ from pipeline.evaluation.without_cache import (
     without_key,
     without_object_key,
 )
+from pipeline.rewards.ledger import wallet_rewards
+from pipeline.rewards.valuation import valuation_view
 from pipeline.store.objectstore import LocalObjectStore
-from tests.support.pipeline import add_benchmark, contribute, job, manifest, run_pipeline
+from tests.support.pipeline import (
+    WALLET_A,
+    add_benchmark,
+    contribute,
+    job,
+    manifest,
+    run_pipeline,
+)
 from tests.support.valuation import CANCER, register_frame_model, rows
 
 FAST = {"valuation_bootstrap_resamples": 200, "enable_pii_detection": False}
@@ -74,7 +83,7 @@ def valued(svc: Services, model_id: int, frame: Any, user: str = "alice") -> dic
     )
     run_pipeline(svc, version, model_id=model_id)
     row = job(svc.db, job_id)
-    return {"status": row.status, **(row.quality or {})["valuation"]}
+    return {"job_id": job_id, "status": row.status, **(row.quality or {})["valuation"]}
 
 
 def test_an_unchanged_model_reads_without_from_the_cache_also_after_a_restart(
@@ -95,6 +104,12 @@ def test_an_unchanged_model_reads_without_from_the_cache_also_after_a_restart(
     third = valued(svc, model_id, CANCER.iloc[369:469], user="carol")
     assert third["without_cache"] == "hit" and third["models_trained"] == 1
     assert third["score_without"] == pytest.approx(second["score_with"])
+    # The supplier's job view and the ledger say how the share was computed.
+    view = valuation_view(job(db, first["job_id"]).quality)
+    assert view is not None
+    assert (view["method"], view["withoutCache"], view["modelsTrained"]) == ("exact", "miss", 2)
+    paid = [e for e in wallet_rewards(db, WALLET_A)["entries"] if e["jobId"] == second["job_id"]]
+    assert [(e["withoutCache"], e["sampleRows"]) for e in paid] == [("hit", 0)]
 
 
 def _state(svc: Services, model_id: int, estimator: str = "logistic_regression") -> Any:
