@@ -61,6 +61,7 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
             "pool %",
             "interval %",
             "batch",
+            "shares by",
             "status",
             "detail",
         ],
@@ -75,11 +76,22 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
                 _fmt(o.pool_pct, 2),
                 _interval(o.interval_low, o.interval_high),
                 "" if o.batch_size is None else str(o.batch_size),
+                shares_by(o),
                 evaluation_status(o),
                 evaluation_detail(o),
             )
             for o in outcomes
         ],
+    )
+
+
+def shares_by(outcome: EvaluationOutcome) -> str:
+    """How the shares were computed: method, accepted rows trained on, "without" cached or not."""
+    if outcome.valuation_method is None:
+        return ""
+    return (
+        f"{outcome.valuation_method}, {outcome.sample_rows} accepted rows, "
+        f"without: cache {outcome.without_cache}, {outcome.models_trained} models trained"
     )
 
 
@@ -128,6 +140,10 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             "interval_high_pct": outcome.interval_high,
             "batch_size": outcome.batch_size,
             "base_rows": outcome.base_rows,
+            "valuation_method": outcome.valuation_method,
+            "sample_rows": outcome.sample_rows,
+            "without_cache": outcome.without_cache,
+            "models_trained": outcome.models_trained,
             "evaluation_id": outcome.evaluation_id,
             "detail": evaluation_detail(outcome),
         }

@@ -77,7 +77,7 @@ def run(sizes: list[int], rows: int, bench_rows: int, repeats: int) -> None:
     print(
         f"settings: resamples {settings.resamples}, level {settings.level}, exact up to "
         f"{settings.exact_max_players}, budget {settings.shapley_budget}, "
-        f"workers {settings.workers}"
+        f"engine {settings.engine.name}"
     )
     print(f"with_without_cpu_seconds: {baseline:.3f}")
     print(f"with_without_wall_seconds: {baseline_wall:.3f}")

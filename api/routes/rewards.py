@@ -62,6 +62,10 @@ class RewardEntryOut(ValuationFields):
     tokens: float
     metricName: str  # noqa: N815
     improvementPct: float | None  # noqa: N815
+    # How the share was computed: accepted rows the shares' game trained on, and whether the
+    # model without the batch came from the cache ("hit") or was trained ("miss").
+    sampleRows: int | None = None  # noqa: N815
+    withoutCache: str | None = None  # noqa: N815
     integrity: dict[str, Any] | None = None
     createdAt: str  # noqa: N815
 

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     valuation_confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
     valuation_exact_max_players: int = Field(default=6, ge=1, le=10)
     valuation_shapley_budget: int = Field(default=128, ge=2, le=100_000)
+    # Shares of larger batches (docs/valuation-scale.md): the model's estimator plays every
+    # coalition while their training rows add up to at most this; beyond, the surrogate game.
+    valuation_coalition_row_budget: int = Field(default=200_000, ge=0)
+    valuation_surrogate_max_base_rows: int = Field(default=50_000, ge=100)
+    # A dask.distributed scheduler (tcp://host:8786) the fits run on; unset: this process.
+    valuation_cluster_address: str | None = None
     reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -47,12 +48,20 @@ from pipeline.evaluation.datasets import (
     latest_benchmark,
     model_settings,
 )
+from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.model_claims import ModelClaimLost, fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.evaluation.trainers import give_back_batch
+from pipeline.evaluation.without_cache import (
+    WithoutCache,
+    WithoutKey,
+    model_state_key,
+    trained_as_accepted,
+)
 from pipeline.rewards.valuation import (
+    CACHE_MISS,
     NOISE,
     BatchValuation,
     Player,
@@ -68,6 +77,19 @@ log = logging.getLogger(__name__)
 
 # A batch's players by contribution id: the batch item and the rows valued.
 Players = dict[str, tuple[VersionItem, Player]]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What a batch is valued on: the scorer, the benchmark, the accepted rows (the claimed
+    contributions aside) and the key of the model trained on them (the "without" cache)."""
+
+    scorer: BenchmarkScorer
+    bench: BenchmarkData
+    base: pd.DataFrame | None
+    key: WithoutKey
+    spec: BenchmarkSpec
+    accepted: list[VersionItem]
 
 
 def valuation_frame(svc: Services, item: VersionItem, frame: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +112,7 @@ def value_contributions(
     outcomes: dict[str, EvaluationOutcome] = {}
     claimed = _claim_for_valuation(svc, items, outcomes)
     try:
-        scorer, bench, base = _valuation_inputs(svc, frames, batch, spec, claimed)
+        inputs = _valuation_inputs(svc, frames, batch, spec, claimed)
     except TrainerFailed as exc:
         outcomes.update(give_back_batch(svc, claimed, exc))
         return [outcomes[item.version] for item in items]
@@ -100,9 +122,9 @@ def value_contributions(
                 _refuse(svc, item, exc) if isinstance(exc, DomainError) else _fail(svc, item, exc)
             )
         return [outcomes[item.version] for item in items]
-    players = _players(svc, frames, scorer, claimed, outcomes)
+    players = _players(svc, frames, inputs.scorer, claimed, outcomes)
     if players:
-        _value_and_record(svc, batch, (scorer, bench, base), players, outcomes)
+        _value_and_record(svc, frames, batch, inputs, players, outcomes)
     return [outcomes[item.version] for item in items]
 
 
@@ -138,9 +160,10 @@ def _valuation_inputs(
     batch: Batch,
     spec: BenchmarkSpec,
     claimed: Sequence[VersionItem],
-) -> tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None]:
-    """The scorer on the benchmark, the benchmark, and the training rows of the "without" model:
-    the owner's base data and the accepted rows (the claimed contributions aside)."""
+) -> _Inputs:
+    """The scorer on the benchmark, the benchmark, the training rows of the "without" model
+    (the owner's base data and the accepted rows, the claimed contributions aside) and the key
+    of the model they train."""
     task_type, estimator = model_settings(svc.db, batch.model_id)
     bench = frames.benchmark(spec)
     scorer = BenchmarkScorer(
@@ -153,8 +176,10 @@ def _valuation_inputs(
         metric_name=bench.metric_name,
     )
     claimed_jobs = {item.contribution_id for item in claimed}
-    accepted = frames.many(accepted_items(svc.db, batch.model_id, exclude=claimed_jobs))
-    return scorer, bench, bench.training_frame(accepted)
+    accepted = accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)
+    key = model_state_key(batch.model_id, spec, accepted, scorer)
+    base = bench.training_frame(frames.many(accepted))
+    return _Inputs(scorer, bench, base, key, spec, accepted)
 
 
 def _players(
@@ -189,15 +214,15 @@ def _players(
 
 def _value_and_record(
     svc: Services,
+    frames: DatasetFrames,
     batch: Batch,
-    inputs: tuple[BenchmarkScorer, BenchmarkData, pd.DataFrame | None],
+    inputs: _Inputs,
     players: Players,
     outcomes: dict[str, EvaluationOutcome],
 ) -> None:
     """Value the players and write the verdicts; a batch that cannot be written is queued again."""
-    scorer, bench, base = inputs
     try:
-        valuation = _value_players(svc, scorer, base, players, outcomes, bench)
+        valuation = _value_players(svc, inputs, players, outcomes)
     except TrainerFailed as exc:
         outcomes.update(give_back_batch(svc, [item for item, _ in players.values()], exc))
         return
@@ -208,7 +233,8 @@ def _value_and_record(
     if valuation is None:
         return
     try:
-        outcomes.update(_record_valuation(svc, batch, bench, players, valuation))
+        outcomes.update(_record_valuation(svc, batch, inputs.bench, players, valuation))
+        _keep_next_without(svc, frames, inputs, players, valuation)
     except (_LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.
         log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
@@ -220,38 +246,70 @@ def _value_and_record(
             )
 
 
+def _keep_next_without(
+    svc: Services,
+    frames: DatasetFrames,
+    inputs: _Inputs,
+    players: Players,
+    valuation: BatchValuation,
+) -> None:
+    """Keep the model the batch leaves behind as the next batch's "without", when it was trained
+    on exactly the rows, in the order, that the model's accepted data now holds (every accepted
+    contribution whole, no copy, the new versions after the old): a batch of one that follows
+    an accepted one then trains one model."""
+    if valuation.with_predictions is None or set(valuation.accepted) != set(valuation.with_keys):
+        return
+    added = [players[key][0] for key in valuation.with_keys]
+    if any(len(players[i.contribution_id or ""][1].frame) != len(frames.version(i)) for i in added):
+        return  # rows already accepted were taken out: the version's rows differ
+    model_id = inputs.key.model_id
+    now = accepted_items(svc.db, model_id)
+    if trained_as_accepted(inputs.accepted, added, now):
+        key = model_state_key(model_id, inputs.spec, now, inputs.scorer)
+        WithoutCache(svc.store).put(key, valuation.with_predictions)
+
+
 class _LeftEvaluating(Exception):
     """A job of the batch is no longer `evaluating`: the valuation is not written at all."""
 
 
 def _value_players(
-    svc: Services,
-    scorer: BenchmarkScorer,
-    base: pd.DataFrame | None,
-    players: Players,
-    outcomes: dict[str, EvaluationOutcome],
-    bench: BenchmarkData,
+    svc: Services, inputs: _Inputs, players: Players, outcomes: dict[str, EvaluationOutcome]
 ) -> BatchValuation | None:
     """Value the players; a player the estimator or metric refuses is rejected alone.
 
     On a DomainError of the batch, each player is tried alone with the accepted data; those
-    refused are rejected (and removed from `players`) and the rest are valued again.
+    refused are rejected (and removed from `players`) and the rest are valued again. "Without"
+    comes from the cache when the model's accepted state is unchanged, and is stored on a miss.
     """
+    cache = WithoutCache(svc.store)
+    scorer, base = inputs.scorer, inputs.base
+    without = cache.get(inputs.key, scorer)
 
     settings = ValuationSettings.from_settings(svc.settings)
     if scorer.trainer is not None:
-        # Each coalition is a sandboxed process with its own memory limit.
-        workers = min(settings.workers, svc.settings.trainer_max_parallel)
-        settings = dataclasses.replace(settings, workers=workers)
-    higher = bench.metric_direction == "higher_is_better"
-    try:
-        return value_batch(
+        # Each coalition is a sandboxed process with its own memory limit, started from this
+        # step (its Pipes session): local threads only, at most TRAINER_MAX_PARALLEL.
+        workers = min(settings.engine.workers, svc.settings.trainer_max_parallel)
+        settings = dataclasses.replace(settings, engine=FitEngine(workers, None))
+
+    def value(batch: Players) -> BatchValuation:
+        nonlocal without
+        valuation = value_batch(
             scorer,
             base,
-            [p for _, p in players.values()],
-            higher_is_better=higher,
+            [p for _, p in batch.values()],
+            higher_is_better=inputs.bench.metric_direction == "higher_is_better",
             settings=settings,
+            without=without,
         )
+        if valuation.without_cache == CACHE_MISS and valuation.without is not None:
+            cache.put(inputs.key, valuation.without)
+            without = valuation.without
+        return valuation
+
+    try:
+        return value(players)
     except DomainError as exc:
         if len(players) == 1:
             [(item, _)] = players.values()
@@ -266,9 +324,7 @@ def _value_players(
             del players[key]
     if not players:
         return None
-    return value_batch(
-        scorer, base, [p for _, p in players.values()], higher_is_better=higher, settings=settings
-    )
+    return value(players)
 
 
 def _refuse(svc: Services, item: VersionItem, exc: DomainError) -> EvaluationOutcome:
@@ -358,6 +414,9 @@ def _valuation_detail(
         "batch_rows": valuation.accepted_rows,
         "valued_rows": player.rows,
         "base_rows": evaluation.base_rows,
+        "sample_rows": valuation.sample_rows,
+        "without_cache": valuation.without_cache,
+        "models_trained": valuation.coalitions,
     }
 
 
@@ -397,6 +456,10 @@ def _valued_outcome(
         interval_high=interval.high if interval else None,
         batch_size=valuation.players,
         base_rows=evaluation.base_rows,
+        valuation_method=valuation.method,
+        sample_rows=valuation.sample_rows,
+        without_cache=valuation.without_cache,
+        models_trained=valuation.coalitions,
     )
 
 

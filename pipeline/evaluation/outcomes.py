@@ -28,6 +28,12 @@ class EvaluationOutcome:
     # The owner's view of a failure of the model's training code (reason and stderr tail);
     # never part of a contributor's job reason.
     trainer_failure: str | None = None
+    # How the shares were computed (pipeline.rewards.valuation): method, accepted rows the
+    # shares' game trained on, "without" from the cache or trained, models trained.
+    valuation_method: str | None = None
+    sample_rows: int | None = None
+    without_cache: str | None = None
+    models_trained: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -104,11 +104,15 @@ class BenchmarkScorer:
         """A training frame's rows with a target (raises Unprocessable for unusable targets)."""
         return _labelled(frame, self.target_column, self.task_type, "training data")
 
+    def feature_columns(self, train: pd.DataFrame) -> list[str]:
+        """The input columns a model trained on the labelled frame `train` uses."""
+        return _input_columns(train, self.bench, self.target_column, self.input_columns)
+
     def predict(self, train_df: pd.DataFrame) -> Predictions:
         """Train the estimator (or the owner's trainer) on `train_df` and predict every
         benchmark row."""
         train = self.labelled(train_df)
-        columns = _input_columns(train, self.bench, self.target_column, self.input_columns)
+        columns = self.feature_columns(train)
         predictor: Any = _baseline(train, self.bench, columns, self.task_type, self.target_column)
         if predictor is None:
             if self.recipe is None:
@@ -235,8 +239,9 @@ def _fit(
     pipeline = build_estimator(recipe, task_type, rows=len(train))
     try:
         pipeline.fit(train[columns], y.to_numpy())
-    except ValueError as exc:
-        # Typically a classification target holding continuous numbers.
+    except (ValueError, TypeError) as exc:
+        # Typically a classification target holding continuous numbers, or labels of mixed
+        # types (0 and "0") that cannot be sorted.
         raise Unprocessable(
             f"the {recipe.estimator} estimator cannot be trained on this training data"
         ) from exc

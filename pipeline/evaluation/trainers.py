@@ -87,6 +87,7 @@ class StepTrainers:
             self.runner,
             SandboxLimits.from_settings(settings),
             settings.trainer_isolation,
+            sha256,
         )
 
     def close(self) -> None:

@@ -77,6 +77,7 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 "metricName": evaluation.metric_name,
                 "improvementPct": evaluation.improvement_pct,
                 **valuation_fields(evaluation),
+                **share_computation((quality or {}).get("valuation")),
                 # Public by wallet: the submitter's coarse view (pipeline.checks.disclosure).
                 "integrity": submitter_integrity((quality or {}).get("integrity")),
                 "createdAt": isoformat_utc(entry.created_at),
@@ -161,6 +162,16 @@ def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
         "valuationMethod": evaluation.valuation_method,
         # Rows of the owner's base training data the model was trained on, with and without.
         "baseRows": evaluation.base_rows,
+    }
+
+
+def share_computation(valuation: dict[str, Any] | None) -> dict[str, Any]:
+    """How a job's share was computed, from its `quality.valuation`: accepted rows the shares'
+    game trained on and whether "without" came from the cache (None before these were kept)."""
+    valuation = valuation or {}
+    return {
+        "sampleRows": valuation.get("sample_rows"),
+        "withoutCache": valuation.get("without_cache"),
     }
 
 

@@ -16,6 +16,12 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   most (1 and n - 1, then 2 and n - 2, ...) are enumerated whole while the budget allows, the
   rest sampled in complementary pairs with a fixed seed (`kernel_coalitions`). So the cost of
   a large batch grows with the size of its training sets, not with its players' count.
+- **Large batches**: when those coalitions would train more than `coalition_row_budget` rows
+  in all, the shares are the Shapley values of the surrogate game of
+  `pipeline.rewards.surrogate` (no model per coalition), scaled to the pool the estimator
+  measures; the pool and its interval are always the estimator's. "Without" may be given (the
+  cache of `pipeline.evaluation.without_cache`); the models still trained run on the fit
+  engine (`pipeline.evaluation.fit_engine`: threads, or a dask cluster).
 - **Copies**: contributions with identical rows are one player, trained on once; its value
   is split equally between them, so a copy is neither paid twice nor given a larger part.
 - **Order-free**: players are put in a canonical order (a hash of their rows) before anything
@@ -36,10 +42,8 @@ around it.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.checks.disclosure import submitter_integrity
+from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
     improvement_denominator,
@@ -54,18 +59,35 @@ from pipeline.evaluation.metrics import (
     metric_score,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.shapley import (
+    Coalition,
+    coalitions_needed,
+    exact_shapley,
+    kernel_shapley,
+    sampling_budget,
+)
+from pipeline.rewards.shapley import (
+    kernel_coalitions as kernel_coalitions,
+)
+from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
     from pipeline.core.config import Settings
 
 # Fixed, so the same data always gets the same interval and the same shares.
 BOOTSTRAP_SEED = 20_231_123
-SHAPLEY_SEED = 7
 # Bootstrap weights are drawn in blocks of about this many cells (resamples x rows).
 _BLOCK_CELLS = 2_000_000
 
+# How the shares were computed: Shapley values exact or sampled (KernelSHAP), of the game
+# played with the model's estimator or with the surrogate (pipeline.rewards.surrogate).
 EXACT = "exact"
 SAMPLED = "kernel_shap"
+SURROGATE_EXACT = "surrogate_exact"
+SURROGATE_SAMPLED = "surrogate_kernel"
+# Whether "without" came from the cache (pipeline.evaluation.without_cache) or was trained.
+CACHE_HIT = "hit"
+CACHE_MISS = "miss"
 # Why a player was rejected: its share was not positive, or the batch was within noise.
 SHARE_REJECTED = "share"
 NOISE = "noise"
@@ -77,7 +99,9 @@ class ValuationSettings:
     level: float = 0.95
     exact_max_players: int = 6
     shapley_budget: int = 128
-    workers: int = 1
+    coalition_row_budget: int = 200_000
+    surrogate_max_base_rows: int = 50_000
+    engine: FitEngine = field(default_factory=FitEngine)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ValuationSettings:
@@ -86,7 +110,9 @@ class ValuationSettings:
             level=settings.valuation_confidence_level,
             exact_max_players=settings.valuation_exact_max_players,
             shapley_budget=settings.valuation_shapley_budget,
-            workers=settings.parallel_workers,
+            coalition_row_budget=settings.valuation_coalition_row_budget,
+            surrogate_max_base_rows=settings.valuation_surrogate_max_base_rows,
+            engine=FitEngine.from_settings(settings),
         )
 
 
@@ -152,6 +178,13 @@ class BatchValuation:
     shares: dict[str, float] = field(default_factory=dict)
     accepted_rows: int = 0  # distinct rows of the accepted players (a copy counts once)
     coalitions: int = 0  # models trained
+    sample_rows: int = 0  # accepted rows the shares' game trained on (all, or a sample)
+    without_cache: str = CACHE_MISS
+    without: Predictions | None = field(default=None, repr=False, compare=False)
+    # The model left behind: its predictions and the players whose rows it added to the
+    # accepted data, in training order (one per group of copies).
+    with_predictions: Predictions | None = field(default=None, repr=False, compare=False)
+    with_keys: tuple[str, ...] = ()
 
     @property
     def significant(self) -> bool:
@@ -195,113 +228,12 @@ def improvement_interval(
     return Interval(float(low), float(high), level, len(values))
 
 
-# --- Shapley values ----------------------------------------------------------------------------
-
-Coalition = frozenset[int]
-
-
-def exact_shapley(players: Sequence[int], value: Callable[[Coalition], float]) -> dict[int, float]:
-    """Exact Shapley values of `players` for the game `value` (v(∅) must be 0)."""
-    n = len(players)
-    weights = [math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n) for k in range(n)]
-    shares = dict.fromkeys(players, 0.0)
-    for i in players:
-        others = [p for p in players if p != i]
-        for k in range(n):
-            for subset in itertools.combinations(others, k):
-                s = frozenset(subset)
-                shares[i] += weights[k] * (value(s | {i}) - value(s))
-    return shares
-
-
-def kernel_coalitions(players: int, budget: int) -> dict[tuple[int, ...], float]:
-    """Coalitions of range(players) and their regression weights for KernelSHAP.
-
-    Coalition sizes are taken in pairs (s, n - s) from the outside in, as the Shapley kernel
-    weighs them most; a pair is enumerated whole while the budget allows, with its kernel
-    weights. The rest of the budget samples the remaining sizes (probability by their kernel
-    weight, uniform within a size) with each coalition's complement, seeded, sharing the
-    remaining weight equally. With a budget of 2^n - 2 every coalition is enumerated and the
-    result is the exact Shapley value.
-    """
-    n = players
-    size_weight = {s: (n - 1) / (s * (n - s)) for s in range(1, n)}
-    scale = math.fsum(size_weight.values())
-    size_weight = {s: w / scale for s, w in size_weight.items()}
-    chosen: dict[tuple[int, ...], float] = {}
-    left = budget
-    remaining = list(range(1, n))
-    for small in range(1, n // 2 + 1):
-        pair = sorted({small, n - small})
-        count = sum(math.comb(n, s) for s in pair)
-        if count > left:
-            break
-        for size in pair:
-            for c in itertools.combinations(range(n), size):
-                chosen[c] = size_weight[size] / math.comb(n, size)
-            remaining.remove(size)
-        left -= count
-    if remaining and left >= 2:
-        rng = np.random.default_rng(SHAPLEY_SEED)
-        mass = math.fsum(size_weight[s] for s in remaining)
-        p = np.array([size_weight[s] / mass for s in remaining])
-        draws = left // 2
-        for _ in range(draws):
-            size = int(rng.choice(remaining, p=p))
-            members = tuple(sorted(int(i) for i in rng.choice(n, size, replace=False)))
-            complement = tuple(i for i in range(n) if i not in members)
-            for c in (members, complement):
-                chosen[c] = chosen.get(c, 0.0) + mass / (2 * draws)
-    return chosen
-
-
-def kernel_shapley(
-    players: Sequence[int], value: Callable[[Coalition], float], budget: int
-) -> dict[int, float]:
-    """Shapley values estimated by KernelSHAP: a weighted least-squares fit of v over the
-    coalitions of `kernel_coalitions`, constrained to add up to v(all players).
-    """
-    n = len(players)
-    total = value(frozenset(players))
-    if n == 1:
-        return {players[0]: total}
-    coalitions = kernel_coalitions(n, budget)
-    z = np.zeros((len(coalitions), n))
-    for row, c in enumerate(coalitions):
-        z[row, list(c)] = 1.0
-    y = np.array([value(frozenset(players[i] for i in c)) for c in coalitions])
-    w = np.array(list(coalitions.values()))
-    # Lagrangian of min sum w (y - z phi)^2 subject to sum phi = total.
-    system = np.zeros((n + 1, n + 1))
-    system[:n, :n] = 2 * z.T @ (w[:, None] * z)
-    system[:n, n] = system[n, :n] = 1.0
-    rhs = np.append(2 * z.T @ (w * y), total)
-    solution = np.linalg.lstsq(system, rhs, rcond=None)[0]
-    return {p: float(solution[i]) for i, p in enumerate(players)}
-
-
-def sampling_budget(players: int, budget: int) -> int:
-    """Coalitions KernelSHAP trains: `budget`, but at least every (n-1)- and 1-player one."""
-    return max(budget, 2 * players)
-
-
-def coalitions_needed(players: Sequence[int], exact_max: int, budget: int) -> list[Coalition]:
-    """Every non-empty coalition the Shapley computation of `players` will ask for."""
-    if len(players) <= exact_max:
-        return [
-            frozenset(c)
-            for k in range(1, len(players) + 1)
-            for c in itertools.combinations(players, k)
-        ]
-    coalitions = kernel_coalitions(len(players), sampling_budget(len(players), budget))
-    return [frozenset(players[i] for i in c) for c in coalitions] + [frozenset(players)]
-
-
 # --- a batch -----------------------------------------------------------------------------------
 
 
 class _Game:
-    """v(S) for coalitions of players, each trained once and cached."""
+    """The game played with the model's estimator: each coalition trained once, its benchmark
+    predictions kept. "Without" is given (the cache) or trained with the first coalitions."""
 
     def __init__(
         self,
@@ -309,54 +241,57 @@ class _Game:
         base: pd.DataFrame | None,
         players: Sequence[Player],
         higher_is_better: bool,
-        workers: int,
+        engine: FitEngine,
+        without: Predictions | None,
     ) -> None:
         self.scorer = scorer
         self.players = players
         self.higher_is_better = higher_is_better
-        self.workers = max(1, workers)
+        self.engine = engine
         self.base = base if base is not None and len(base) else pd.DataFrame()
-        self.without = scorer.predict(self.base)
-        self.score_without = metric_score(self.without)
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self.scores: dict[Coalition, float] = {}
-        # The predictions of every coalition trained: the final one is scored again for the
-        # interval, and a model (an owner's sandboxed trainer above all) is not fitted twice.
-        self._predicted: dict[Coalition, Predictions] = {}
-        self.trained = 1
+        self.results: dict[Coalition, Predictions] = {}
+        self.trained = 0
+        self.without_cached = without is not None
+        self.without: Predictions | None = None
+        if without is not None:
+            self._set_without(without)
+
+    def _set_without(self, without: Predictions) -> None:
+        self.without = without
+        self.score_without = metric_score(without)
+        self.denominator = improvement_denominator(self.score_without, self.scorer.floor)
 
     def frame(self, coalition: Coalition) -> pd.DataFrame:
         parts = [self.base, *(self.players[i].frame for i in sorted(coalition))]
         return pd.concat([p for p in parts if len(p)], ignore_index=True)
-
-    def predictions(self, coalition: Coalition) -> Predictions:
-        if coalition not in self._predicted:
-            self._predicted[coalition] = self.scorer.predict(self.frame(coalition))
-        return self._predicted[coalition]
 
     def improvement(self, score: float) -> float:
         gain = score - self.score_without
         return (gain if self.higher_is_better else -gain) / self.denominator * 100.0
 
     def prepare(self, coalitions: Sequence[Coalition]) -> None:
-        """Train the coalitions not yet scored, on `workers` threads."""
-        missing = [c for c in dict.fromkeys(coalitions) if c and c not in self.scores]
-        if not missing:
+        """Train, in parallel on the fit engine, the coalitions not yet trained (and
+        "without" when it is not known yet)."""
+        missing = [c for c in dict.fromkeys(coalitions) if c and c not in self.results]
+        frames = ([self.base] if self.without is None else []) + [self.frame(c) for c in missing]
+        if not frames:
             return
-        if self.workers == 1 or len(missing) == 1:
-            scores = [metric_score(self.predictions(c)) for c in missing]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.workers, len(missing))) as pool:
-                scores = list(pool.map(lambda c: metric_score(self.predictions(c)), missing))
-        self.scores.update(zip(missing, scores, strict=True))
-        self.trained += len(missing)
+        results = self.engine.predict_many(self.scorer, frames)
+        if self.without is None:
+            self._set_without(results.pop(0))
+        self.results.update(zip(missing, results, strict=True))
+        self.trained += len(frames)
 
     def value(self, coalition: Coalition) -> float:
         if not coalition:
             return 0.0
-        if coalition not in self.scores:
+        if coalition not in self.results:
             self.prepare([coalition])
-        return self.improvement(self.scores[coalition])
+        return self.improvement(metric_score(self.results[coalition]))
+
+    def coalition_rows(self, coalitions: Sequence[Coalition]) -> int:
+        """Training rows the estimator's game would fit on, over `coalitions`."""
+        return sum(len(self.base) + sum(self.players[i].rows for i in c) for c in coalitions)
 
 
 def value_batch(
@@ -366,20 +301,28 @@ def value_batch(
     *,
     higher_is_better: bool,
     settings: ValuationSettings,
+    without: Predictions | None = None,
 ) -> BatchValuation:
     """Value a batch's players against the model trained on `base` (see the module docstring).
+
+    `without` is the benchmark predictions of the model trained on `base` when known (the
+    cache of `pipeline.evaluation.without_cache`); otherwise that model is trained here and
+    returned in the valuation for the caller to keep.
 
     Players with identical rows are one player of the game (trained on once), and its value is
     split equally between them: a copy neither doubles the pay nor takes a bigger part of the
     pool from the others.
     """
     units = _units(players)
-    game = _Game(scorer, base, [unit[0] for unit in units], higher_is_better, settings.workers)
-    method = EXACT if len(units) <= settings.exact_max_players else SAMPLED
-    active, shares, rejected, proportional = _play_rounds(game, len(units), settings)
-
+    game = _Game(
+        scorer, base, [unit[0] for unit in units], higher_is_better, settings.engine, without
+    )
+    method, sample_rows, rounds = _split(game, len(units), settings)
+    active, shares, rejected, proportional = rounds
     final = frozenset(active) if active else frozenset(range(len(units)))
-    with_predictions = game.predictions(final)
+    game.prepare([final])
+    with_predictions = game.results[final]
+    assert game.without is not None  # trained by `prepare` at the latest
     score_with = metric_score(with_predictions)
     pool = game.improvement(score_with) if active else 0.0
     if proportional:
@@ -413,7 +356,43 @@ def value_batch(
         shares={p.key: shares[i] / len(units[i]) for i in shares for p in units[i]},
         accepted_rows=sum(units[i][0].rows for i in accepted_units),
         coalitions=game.trained,
+        sample_rows=sample_rows,
+        without_cache=CACHE_HIT if game.without_cached else CACHE_MISS,
+        without=game.without,
+        with_predictions=with_predictions,
+        with_keys=tuple(units[i][0].key for i in sorted(final)),
     )
+
+
+Rounds = tuple[list[int], dict[int, float], dict[int, str], bool]
+
+
+def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, int, Rounds]:
+    """The shares' game, played in rounds: the method, the accepted rows it trained on, and
+    the rounds' result (`_play_rounds`).
+
+    The estimator plays every coalition while their training rows add up to at most
+    `coalition_row_budget` (and always for a batch of one, whose share is the pool); beyond,
+    the surrogate game of `pipeline.rewards.surrogate` does, whose shares are scaled to the
+    pool the estimator measures.
+    """
+    exact = units <= settings.exact_max_players
+    players = list(range(units))
+    needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
+    if units == 1 or game.coalition_rows(needed) <= settings.coalition_row_budget:
+        rounds = _play_rounds(game.value, game.prepare, units, settings)
+        return (EXACT if exact else SAMPLED), len(game.base), rounds
+    surrogate = SurrogateGame(
+        game.scorer,
+        game.base,
+        [p.frame for p in game.players],
+        max_base_rows=settings.surrogate_max_base_rows,
+        higher_is_better=game.higher_is_better,
+    )
+    active, shares, rejected, _ = _play_rounds(surrogate.value, None, units, settings)
+    method = SURROGATE_EXACT if exact else SURROGATE_SAMPLED
+    # The surrogate's values are in its own units: the accepted share the real pool by them.
+    return method, surrogate.sample_rows, (active, shares, rejected, True)
 
 
 def _units(players: Sequence[Player]) -> list[list[Player]]:
@@ -427,10 +406,15 @@ def _units(players: Sequence[Player]) -> list[list[Player]]:
 
 
 def _play_rounds(
-    game: _Game, units: int, settings: ValuationSettings
-) -> tuple[list[int], dict[int, float], dict[int, str], bool]:
+    value: Callable[[Coalition], float],
+    prepare: Callable[[Sequence[Coalition]], None] | None,
+    units: int,
+    settings: ValuationSettings,
+) -> Rounds:
     """Shapley rounds: units with a share not above 0 are rejected and the rest play again.
 
+    `prepare` trains a round's coalitions at once (the estimator's game); without it (the
+    surrogate, whose coalitions cost no training) every round is replayed, sampled or not.
     Returns the units left, every unit's last share, the rejected units with why, and whether
     the shares left must be scaled to their own pool (a sampled round is not replayed).
     """
@@ -438,20 +422,21 @@ def _play_rounds(
     rejected: dict[int, str] = {}
     shares: dict[int, float] = {}
     while active:
-        game.prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
+        if prepare is not None:
+            prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
         exact = len(active) <= settings.exact_max_players
         if exact:
-            round_shares = exact_shapley(active, game.value)
+            round_shares = exact_shapley(active, value)
         else:
             budget = sampling_budget(len(active), settings.shapley_budget)
-            round_shares = kernel_shapley(active, game.value, budget)
+            round_shares = kernel_shapley(active, value, budget)
         shares.update(round_shares)
         losing = [i for i in active if round_shares[i] <= 0]
         rejected.update(dict.fromkeys(losing, SHARE_REJECTED))
         if not losing:
             break
         active = [i for i in active if round_shares[i] > 0]
-        if not exact:
+        if not exact and prepare is not None:
             # Replaying a sampled game would cost another budget of models: the rest share
             # their own pool in proportion to the values they were just given.
             return active, shares, rejected, True
@@ -487,6 +472,9 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "batchRows": valuation.get("batch_rows"),
         "valuedRows": valuation.get("valued_rows"),
         "baseRows": valuation.get("base_rows"),
+        "sampleRows": valuation.get("sample_rows"),
+        "withoutCache": valuation.get("without_cache"),
+        "modelsTrained": valuation.get("models_trained"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
         "integrity": submitter_integrity(quality.get("integrity")),

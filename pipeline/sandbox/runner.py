@@ -70,6 +70,9 @@ class OwnerTrainer:
     runner: TrainerRunner
     limits: SandboxLimits
     isolation: str
+    # The stored folder's content hash: part of the "without" cache key (a new trainer is
+    # another model).
+    sha256: str = ""
 
     def predict(
         self,

@@ -1,0 +1,179 @@
+"""Shared by bench/evalscale.py: how faithful the surrogate's shares are to exact Shapley with the
+model's own estimator, on real data (scikit-learn's breast cancer, wine, diabetes; demo churn).
+
+Each scenario is one batch of 2 to 6 contributions on top of accepted data, valued twice by
+`value_batch`: with the estimator playing every coalition (exact Shapley, the reference) and with
+the surrogate game (`coalition_row_budget=0`). Contributions differ as real ones do: in size
+(0.5x to 1.5x an equal part) and in label noise (none, 10 %, 30 %, or every label replaced),
+seeded. Figures per scenario:
+
+- error: the largest difference between the two paid shares (a rejected contribution is paid 0),
+  in percent of the reference pool;
+- Spearman: rank correlation of the two share vectors (rejected contributions at the value that
+  rejected them), NaN when one vector is constant.
+
+Only batches the reference pays (accepted, pool > 0) count: a share of a batch within noise is
+never paid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from pipeline.demo.churn_data import churn_rows
+from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
+
+NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
+
+
+@dataclass(frozen=True)
+class DataSet:
+    name: str
+    frame: pd.DataFrame
+    target: str
+    task: str
+    metric: str
+    estimator: str
+
+
+def datasets(estimators: dict[str, str]) -> list[DataSet]:
+    from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
+
+    churn = pd.DataFrame(churn_rows(3000, seed=3))
+    return [
+        DataSet(
+            "breast cancer",
+            load_breast_cancer(as_frame=True).frame,
+            "target",
+            "classification",
+            "accuracy",
+            estimators["classification"],
+        ),
+        DataSet(
+            "wine",
+            load_wine(as_frame=True).frame,
+            "target",
+            "classification",
+            "accuracy",
+            estimators["classification"],
+        ),
+        DataSet(
+            "diabetes",
+            load_diabetes(as_frame=True).frame,
+            "target",
+            "regression",
+            "r2",
+            estimators["regression"],
+        ),
+        DataSet(
+            "churn (demo)",
+            churn,
+            "churned",
+            "classification",
+            "accuracy",
+            estimators["classification"],
+        ),
+    ]
+
+
+def scenario(
+    data: DataSet, players: int, seed: int
+) -> tuple[BenchmarkScorer, pd.DataFrame, list[Player]]:
+    """Benchmark 30 %, accepted rows 10 %, the rest cut into `players` noisy contributions."""
+    rng = np.random.default_rng(seed)
+    frame = data.frame.sample(frac=1, random_state=seed).reset_index(drop=True)
+    bench_rows, base_rows = int(0.3 * len(frame)), int(0.1 * len(frame))
+    bench = frame.iloc[:bench_rows].reset_index(drop=True)
+    base = frame.iloc[bench_rows : bench_rows + base_rows].reset_index(drop=True)
+    rest = frame.iloc[bench_rows + base_rows :].reset_index(drop=True)
+    part = len(rest) // players
+    contributions = []
+    for i in range(players):
+        size = max(10, int(part * rng.uniform(0.5, 1.0)))
+        rows = rest.iloc[i * part : i * part + size].copy()
+        noisy = rng.random(len(rows)) < rng.choice(NOISE_LEVELS)
+        rows.loc[noisy, data.target] = rng.permutation(data.frame[data.target].to_numpy())[
+            : noisy.sum()
+        ]
+        contributions.append(Player(f"c{i}", rows.reset_index(drop=True)))
+    scorer = BenchmarkScorer(
+        bench,
+        task_type=data.task,
+        estimator=data.estimator,
+        target_column=data.target,
+        metric_name=data.metric,
+    )
+    return scorer, base, contributions
+
+
+def compare(reference: BatchValuation, surrogate: BatchValuation) -> tuple[float, float]:
+    """(largest paid-share difference in % of the reference pool, Spearman of the shares)."""
+    keys = sorted(reference.shares)
+
+    def paid(v: BatchValuation, key: str) -> float:
+        return v.shares[key] if key in v.accepted else 0.0
+
+    error = max(abs(paid(surrogate, k) - paid(reference, k)) for k in keys)
+    a = [reference.shares[k] for k in keys]
+    b = [surrogate.shares[k] for k in keys]
+    rho = float(spearmanr(a, b).statistic) if len(set(a)) > 1 and len(set(b)) > 1 else math.nan
+    return error / reference.pool_pct * 100.0, rho
+
+
+def measure(
+    estimators: dict[str, str], sizes: list[int], seeds: int, engine: Any, only: str = ""
+) -> list[dict[str, Any]]:
+    """One row per (data set, batch size): scenarios paid, worst and median error, Spearman.
+
+    `only`: comma-separated data set names (default: all)."""
+    exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
+    cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
+    table = []
+    for data in datasets(estimators):
+        if only and data.name not in only.split(","):
+            continue
+        for players in sizes:
+            errors, rhos = [], []
+            for seed in range(seeds):
+                scorer, base, contributions = scenario(data, players, 1000 * players + seed)
+                options: dict[str, Any] = {"higher_is_better": data.metric != "rmse"}
+                reference = value_batch(scorer, base, contributions, settings=exact, **options)
+                if not reference.accepted or reference.pool_pct <= 0:
+                    continue
+                surrogate = value_batch(
+                    scorer,
+                    base,
+                    contributions,
+                    settings=cheap,
+                    without=reference.without,
+                    **options,
+                )
+                error, rho = compare(reference, surrogate)
+                errors.append(error)
+                rhos.append(rho)
+            table.append(
+                {
+                    "data": data.name,
+                    "estimator": data.estimator,
+                    "players": players,
+                    "paid": len(errors),
+                    "scenarios": seeds,
+                    "max_error": max(errors, default=math.nan),
+                    "median_error": float(np.median(errors)) if errors else math.nan,
+                    "min_spearman": float(np.nanmin(rhos))
+                    if rhos and not all(map(math.isnan, rhos))
+                    else math.nan,
+                    "median_spearman": float(np.nanmedian(rhos))
+                    if rhos and not all(map(math.isnan, rhos))
+                    else math.nan,
+                    "within_5pct": sum(e <= 5.0 for e in errors),
+                }
+            )
+    return table

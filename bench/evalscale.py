@@ -1,0 +1,224 @@
+"""Benchmark: valuing batches on large accepted data, against one plain fit (issue 18).
+
+    python bench/evalscale.py
+    python bench/evalscale.py --sizes 10000,100000 --batches 1,8,16 --budget 540
+
+For each accepted size (demo churn rows, 10,000 / 100,000 / 1,000,000) and estimator (logistic
+regression, random forest, HistGradientBoosting), in this process, on the same data:
+
+- one plain fit: the estimator trained on the accepted rows plus one 1,000-row contribution and
+  scored on the benchmark (the least any evaluation needs once "without" is known);
+- a batch of 1 with a cold cache ("without" trained too), then batches of 1, 8 and 16
+  contributions of 1,000 rows with the cache warm (`value_batch` with the stored "without").
+
+Each line gives CPU seconds (this process, all threads) and wall seconds, models trained, the
+cache hit or miss, the share method and the cost as a ratio to the plain fit. Then the
+faithfulness table (bench/_faithfulness.py): the surrogate's shares against exact Shapley with
+the estimator, on real data, batches of 2 to 6.
+
+The run must end within `--budget` seconds (default 540, under 10 minutes with start-up): a
+(size, estimator) whose predicted cost (six fits, from the last measured fit of that estimator
+grown linearly with rows) does not fit in what is left is skipped and its predicted seconds
+printed instead. Last line: `ratio: X` = the worst over the measured cases of
+(batch of 1, warm) / one fit (goal ≤ 1.3) and (batch of 16) / one fit / 3 (goal ≤ 1.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pandas as pd
+
+from bench._faithfulness import measure
+from pipeline.demo.churn_data import churn_rows
+from pipeline.evaluation.fit_engine import FitEngine
+from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
+
+ROWS = 1000
+HGB = "hist_gradient_boosting_classifier"
+ESTIMATORS = ("logistic_regression", "random_forest_classifier", HGB)
+T = TypeVar("T")
+
+
+def timed(action: Callable[[], T]) -> tuple[float, float, T]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = action()
+    return time.process_time() - cpu, time.perf_counter() - wall, result
+
+
+def register_hist_gradient_boosting() -> None:
+    """HistGradientBoosting for this run, if the model registry does not list it yet.
+
+    Early stopping off: above 10,000 rows scikit-learn turns it on with an internal split, and
+    "with" and "without" would stop at different iteration counts.
+    """
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from pipeline.models import estimators
+
+    if HGB in estimators.ESTIMATORS:
+        return
+    estimators.ESTIMATORS[HGB] = ("classification",)
+    original = estimators._model
+
+    def model(name: str) -> Any:
+        if name == HGB:
+            return HistGradientBoostingClassifier(
+                early_stopping=False, random_state=estimators.RANDOM_STATE
+            )
+        return original(name)
+
+    estimators._model = model
+
+
+def churn_frame(count: int, seed: int) -> pd.DataFrame:
+    """Demo churn rows; large counts are built from seeded 100,000-row blocks."""
+    block = 100_000
+    parts = [
+        pd.DataFrame(churn_rows(min(block, count - start), seed=seed * 1000 + start // block))
+        for start in range(0, count, block)
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def run_case(
+    size: int, estimator: str, bench: pd.DataFrame, batches: list[int], settings: ValuationSettings
+) -> dict[str, float]:
+    """Every figure of one (accepted size, estimator); returns the costs as ratios."""
+    base = churn_frame(size, seed=2)
+    contributions = [pd.DataFrame(churn_rows(ROWS, seed=100 + i)) for i in range(max(batches))]
+    scorer = BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator=estimator,
+        target_column="churned",
+        metric_name="accuracy",
+    )
+    prefix = f"{size}_{estimator}"
+    scorer.predict(contributions[0])  # warm-up: first-use costs stay out of the figures
+    one = pd.concat([base, contributions[0]], ignore_index=True)
+    fit_cpu, fit_wall, _ = timed(lambda: scorer.predict(one))
+    print(f"{prefix}_one_fit_cpu_seconds: {fit_cpu:.2f}")
+    print(f"{prefix}_one_fit_wall_seconds: {fit_wall:.2f}")
+
+    def value(count: int, without: Any) -> Any:
+        players = [Player(f"c{i}", contributions[i]) for i in range(count)]
+        return value_batch(
+            scorer, base, players, higher_is_better=True, settings=settings, without=without
+        )
+
+    ratios: dict[str, float] = {"fit_wall": fit_wall}
+    cpu, wall, cold = timed(lambda: value(1, None))
+    report(f"{prefix}_batch_1_cold", cpu, wall, cold, fit_cpu)
+    for count in batches:
+        cpu, wall, warm = timed(lambda count=count: value(count, cold.without))
+        report(f"{prefix}_batch_{count}_warm", cpu, wall, warm, fit_cpu)
+        ratios[str(count)] = cpu / fit_cpu
+    return ratios
+
+
+def report(name: str, cpu: float, wall: float, valuation: Any, fit_cpu: float) -> None:
+    print(
+        f"{name}: cpu {cpu:.2f} s, wall {wall:.2f} s, models trained {valuation.coalitions}, "
+        f"cache {valuation.without_cache}, method {valuation.method}, "
+        f"sample rows {valuation.sample_rows}, ratio to one fit {cpu / fit_cpu:.2f}"
+    )
+
+
+def scale(args: argparse.Namespace, started: float, settings: ValuationSettings) -> list[float]:
+    bench = pd.DataFrame(churn_rows(args.bench_rows, seed=1))
+    last_fit: dict[str, tuple[int, float]] = {}
+    worst: list[float] = []
+    for size in args.sizes:
+        for estimator in ESTIMATORS:
+            if estimator in last_fit:
+                rows, seconds = last_fit[estimator]
+                predicted = 6 * seconds * (size + ROWS) / (rows + ROWS)
+                left = args.budget - (time.perf_counter() - started) - args.faithfulness_seconds
+                if predicted > left:
+                    print(
+                        f"{size}_{estimator}_skipped: predicted {predicted:.0f} s wall "
+                        f"(one fit about {predicted / 6:.0f} s, grown from {rows} rows), "
+                        f"{max(left, 0):.0f} s left"
+                    )
+                    continue
+            ratios = run_case(size, estimator, bench, args.batches, settings)
+            last_fit[estimator] = (size, ratios["fit_wall"])
+            if "1" in ratios:
+                worst.append(ratios["1"])
+            if "16" in ratios:
+                worst.append(ratios["16"] / 3)
+    return worst
+
+
+def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
+    estimators = {"classification": "logistic_regression", "regression": "linear_regression"}
+    table = measure(estimators, [2, 4, 6], args.seeds, engine, args.datasets)
+    print(
+        "faithfulness: data | estimator | players | paid/scenarios | max error % of pool "
+        "| median error | min Spearman | median Spearman | within 5 %"
+    )
+    for row in table:
+        print(
+            f"faithfulness: {row['data']} | {row['estimator']} | {row['players']} | "
+            f"{row['paid']}/{row['scenarios']} | {row['max_error']:.1f} | "
+            f"{row['median_error']:.1f} | {row['min_spearman']:.2f} | "
+            f"{row['median_spearman']:.2f} | {row['within_5pct']}/{row['paid']}"
+        )
+    errors = [r["max_error"] for r in table if not math.isnan(r["max_error"])]
+    spearman = [r["min_spearman"] for r in table if not math.isnan(r["min_spearman"])]
+    print(f"faithfulness_max_error_pct_of_pool: {max(errors, default=math.nan):.1f}")
+    print(f"faithfulness_min_spearman: {min(spearman, default=math.nan):.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="accepted rows")
+    parser.add_argument("--batches", default="1,8,16", help="batch sizes, warm cache")
+    parser.add_argument("--bench-rows", type=int, default=10_000, help="benchmark rows")
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for the run")
+    parser.add_argument("--seeds", type=int, default=3, help="faithfulness scenarios per cell")
+    parser.add_argument(
+        "--faithfulness-seconds",
+        type=float,
+        default=150.0,
+        help="seconds kept for the faithfulness table",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="fit threads (the machine's cores)")
+    parser.add_argument("--parts", default="scale,faithfulness", help="which parts to run")
+    parser.add_argument("--datasets", default="", help="faithfulness data sets (default: all)")
+    args = parser.parse_args()
+    args.sizes = sorted(int(s) for s in args.sizes.split(","))
+    args.batches = sorted(int(s) for s in args.batches.split(","))
+    started = time.perf_counter()
+    # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
+    # spin on a loaded machine would bill their waiting as CPU time.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    register_hist_gradient_boosting()
+    engine = FitEngine(workers=args.workers)
+    settings = ValuationSettings(engine=engine)
+    print(f"benchmark_rows: {args.bench_rows}")
+    print(f"rows_per_contribution: {ROWS}")
+    print(f"engine: {engine.name}")
+    parts = args.parts.split(",")
+    worst = scale(args, started, settings) if "scale" in parts else []
+    if "faithfulness" in parts:
+        faithfulness(args, engine)
+    print(f"total_wall_seconds: {time.perf_counter() - started:.0f}")
+    if worst:
+        print(f"ratio: {max(worst):.3f}")
+
+
+if __name__ == "__main__":
+    main()

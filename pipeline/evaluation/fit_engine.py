@@ -1,0 +1,92 @@
+"""Where an evaluation's model fits run: this process's threads, or a dask.distributed cluster.
+
+The models an evaluation trains (with the batch, without it on a cache miss, the coalitions of
+a small batch) are independent. They are handed to joblib, whose backend is either
+
+- embedded (default, `VALUATION_CLUSTER_ADDRESS` unset): `PARALLEL_WORKERS` threads of this
+  process; scikit-learn's fitting code releases the GIL for most of its work, and nothing is
+  copied; or
+- a dask.distributed scheduler (`VALUATION_CLUSTER_ADDRESS=tcp://scheduler:8786`): joblib's
+  `dask` backend submits each fit to the cluster's workers, which a deployment runs on other
+  machines (docs/operations.md). joblib scatters the large arguments (the training frame, the
+  scorer with its benchmark) to the workers once per call.
+
+Either way a fit is `BenchmarkScorer.predict`: what comes back is the benchmark predictions,
+never a model object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from pipeline.evaluation.metrics import Predictions
+from pipeline.evaluation.scorer import BenchmarkScorer
+
+if TYPE_CHECKING:
+    from pipeline.core.config import Settings
+
+# How long a process waits for the scheduler at the first fit before failing the evaluation.
+CONNECT_TIMEOUT = "10s"
+
+
+@dataclass(frozen=True)
+class FitEngine:
+    """Threads of this process (`address` None) or the dask cluster at `address`."""
+
+    workers: int = 1
+    address: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FitEngine:
+        return cls(settings.parallel_workers, settings.valuation_cluster_address or None)
+
+    @property
+    def name(self) -> str:
+        return f"dask {self.address}" if self.address else f"threads x{self.workers}"
+
+    def predict_many(
+        self, scorer: BenchmarkScorer, frames: Sequence[pd.DataFrame]
+    ) -> list[Predictions]:
+        """Train on each frame and predict the benchmark, in parallel; results in order."""
+        if not frames:
+            return []
+        if self.address is None and (self.workers == 1 or len(frames) == 1):
+            return [scorer.predict(frame) for frame in frames]
+        # joblib lazily: the API and the CLI import this package without fitting anything.
+        from joblib import Parallel, delayed, parallel_config
+
+        calls = [delayed(_predict)(scorer, frame) for frame in frames]
+        if self.address is None:
+            jobs = min(self.workers, len(frames))
+            return list(Parallel(n_jobs=jobs, backend="threading")(calls))
+        with parallel_config(backend="dask", client=_client(self.address)):
+            return list(Parallel(n_jobs=-1)(calls))
+
+
+def _predict(scorer: BenchmarkScorer, frame: pd.DataFrame) -> Predictions:
+    return scorer.predict(frame)
+
+
+_addresses: set[str] = set()
+
+
+@lru_cache(maxsize=4)
+def _client(address: str) -> Any:
+    """One client per scheduler address and process (connecting costs a round trip)."""
+    from distributed import Client
+
+    _addresses.add(address)
+    return Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
+
+
+def close_clients() -> None:
+    """Close this process's cluster clients (a later fit connects again)."""
+    for address in list(_addresses):
+        _client(address).close()
+    _addresses.clear()
+    _client.cache_clear()
