@@ -3,7 +3,10 @@
 Rows that match rows of the model's accepted training data (`accepted_items`: any earlier
 accepted contribution, from anyone) are counted and left out of valuation (`novel_rows`). Only
 tiers whose chance rate, scaled to the accepted data's size, is at most `KNOWN_CHANCE_MAX`
-decide per row, so honest rows of a dense table are not taken for copies.
+decide per row, so honest rows of a dense table are not taken for copies; a denser tier
+counts its matches as known only when there are more of them than chance allows (jittered or
+resampled copies of accepted rows). Rows sent by two contributions of one batch are valued
+once, with the first (`batch_duplicates`).
 
 Accepted rows' fingerprints are derived from the accepted versions when needed and cached per
 version and scheme in the object store (`integrity/{model_id}/accepted/...`, outside
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +33,13 @@ from pipeline.checks.benchmark_fingerprints import (
     model_benchmarks,
 )
 from pipeline.checks.fingerprint_files import FingerprintSummary
-from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
+from pipeline.checks.fingerprints import (
+    RowKeys,
+    Scheme,
+    chance_allowance,
+    frame_keys,
+    match_rows,
+)
 from pipeline.evaluation.batches import VersionItem, load_frame
 from pipeline.evaluation.datasets import accepted_items
 
@@ -100,20 +110,54 @@ def accepted_keys(
 
 
 def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
-    """Rows matching accepted rows in a tier that is informative at the accepted data's size."""
+    """Rows matching accepted rows in a tier that says they are copies.
+
+    A tier decides row by row where honest rows match the accepted data by chance at most
+    KNOWN_CHANCE_MAX of the time (its chance rate scaled to the accepted data's size). A tier
+    where chance matches are common decides for the whole contribution: when its matches
+    exceed what chance allows (`chance_allowance`, no tolerance), the contribution is made of
+    near copies of accepted rows (jittered or resampled), and every row matching there counts
+    as known; otherwise none does.
+    """
     known = np.zeros(keys.rows, dtype=bool)
     if accepted.rows == 0 or keys.rows == 0:
         return known
     scale = accepted.rows / max(1, benchmark.rows)
-    tiers = [
-        t
-        for t, summary in enumerate(benchmark.tiers)
-        if min(1.0, summary.chance_rate * scale) <= KNOWN_CHANCE_MAX
-    ]
     matched = match_rows(keys, accepted.tier_keys)
-    for tier in tiers:
-        known |= matched[tier]
+    for tier, summary in enumerate(benchmark.tiers):
+        chance = min(1.0, summary.chance_rate * scale)
+        hits = matched[tier]
+        if chance <= KNOWN_CHANCE_MAX or hits.sum() > chance_allowance(keys.rows, chance, 0.0):
+            known |= hits
     return known
+
+
+def batch_duplicates(
+    svc: Services, model_id: int, frames: Sequence[pd.DataFrame]
+) -> list[np.ndarray]:
+    """Per frame, its rows that an earlier frame of the batch holds too (canonical cells).
+
+    Frames are in submission order; a frame identical to an earlier one is left whole (the
+    valuation treats identical contributions as one player and splits its value), any other
+    row seen before is a duplicate of the first contribution that sent it.
+    """
+    refs = model_benchmarks(svc, model_id)
+    if not refs or len(frames) < 2:
+        return [np.zeros(len(f), dtype=bool) for f in frames]
+    scheme = benchmark_summary(svc, ensure_benchmark_fingerprints(svc, refs[0])).scheme
+    seen: set[int] = set()
+    whole: dict[bytes, set[int]] = {}
+    masks = []
+    for frame in frames:
+        keys = frame_keys(scheme, frame, probes=False).keys(0)
+        signature = np.sort(keys).tobytes()
+        if signature in whole:
+            masks.append(np.zeros(len(frame), dtype=bool))
+            continue
+        masks.append(np.isin(keys, np.fromiter(seen, dtype=np.uint64, count=len(seen))))
+        whole[signature] = set(keys.tolist())
+        seen |= whole[signature]
+    return masks
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from pipeline.checks.known_rows import novel_rows
+from pipeline.checks.known_rows import batch_duplicates, novel_rows
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import (
     EVALUATING,
@@ -47,6 +47,7 @@ from pipeline.evaluation.datasets import (
 from pipeline.evaluation.jobs import fail_job, transition
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.budget import BUDGET, Decision, TryGate, budget_reason
 from pipeline.rewards.valuation import (
     NOISE,
     BatchValuation,
@@ -166,14 +167,39 @@ def _players(
             outcomes[item.version] = _fail(svc, item, exc)
             continue
         if frame.empty:
-            reason = "nothing to value: no row is left once rows already accepted are removed"
-            transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
-            outcomes[item.version] = EvaluationOutcome(
-                None, item.version, "contribution", status=REJECTED, detail=reason
-            )
+            _nothing_to_value(svc, item, outcomes, "once rows already accepted are removed")
             continue
         players[item.contribution_id or ""] = (item, Player(item.contribution_id or "", frame))
-    return players
+    return _without_batch_duplicates(svc, players, outcomes)
+
+
+def _without_batch_duplicates(
+    svc: Services, players: Players, outcomes: dict[str, EvaluationOutcome]
+) -> Players:
+    """Rows sent by two contributions of the batch stay with the first submitted only."""
+    ordered = sorted(players.values(), key=lambda p: p[0].dataset_version_id)
+    if len(ordered) < 2:
+        return players
+    masks = batch_duplicates(svc, ordered[0][0].model_id, [p.frame for _, p in ordered])
+    kept: Players = {}
+    for (item, player), duplicate in zip(ordered, masks, strict=True):
+        if duplicate.all():
+            _nothing_to_value(svc, item, outcomes, "once rows another contribution of its "
+                              "batch sent first are removed")  # fmt: skip
+            continue
+        frame = player.frame[~duplicate].reset_index(drop=True) if duplicate.any() else player.frame
+        kept[player.key] = (item, Player(player.key, frame))
+    return kept
+
+
+def _nothing_to_value(
+    svc: Services, item: VersionItem, outcomes: dict[str, EvaluationOutcome], why: str
+) -> None:
+    reason = f"nothing to value: no row is left {why}"
+    transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
+    outcomes[item.version] = EvaluationOutcome(
+        None, item.version, "contribution", status=REJECTED, detail=reason
+    )
 
 
 def _value_and_record(
@@ -188,14 +214,16 @@ def _value_and_record(
     scorer, bench, base = inputs
     try:
         valuation = _value_players(svc, scorer, base, players, outcomes, bench)
+        if valuation is None:
+            return
+        gate = TryGate.prepare(svc, batch.model_id, list(players))
+        gate.apply(valuation)
     except Exception as exc:
         for item, _ in players.values():
             outcomes[item.version] = _fail(svc, item, exc)
         return
-    if valuation is None:
-        return
     try:
-        outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation))
+        outcomes.update(_record_valuation(svc, batch, spec_id, players, valuation, gate))
     except _LeftEvaluating as exc:
         # The batch is valued again, whole, by a later run.
         log.warning("valuation of model %s not recorded: %s", batch.model_id, exc)
@@ -268,9 +296,14 @@ def _fail(svc: Services, item: VersionItem, exc: Exception) -> EvaluationOutcome
 
 
 def _record_valuation(
-    svc: Services, batch: Batch, spec_id: str, players: Players, valuation: BatchValuation
+    svc: Services,
+    batch: Batch,
+    spec_id: str,
+    players: Players,
+    valuation: BatchValuation,
+    gate: TryGate,
 ) -> dict[str, EvaluationOutcome]:
-    """Write every player's Evaluation and job verdict in one transaction (all or nothing)."""
+    """Write every player's Evaluation, job verdict and try in one transaction (all or nothing)."""
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:
@@ -278,10 +311,11 @@ def _record_valuation(
             evaluation = _evaluation_row(batch, spec_id, item, valuation, valuation_id, key)
             session.add(evaluation)
             session.flush()
-            _write_verdict(
-                session, key, valuation, _valuation_detail(valuation, evaluation, player)
-            )
-            outcomes[item.version] = _valued_outcome(evaluation.id, item, valuation, key)
+            decision = gate.decisions.get(key)
+            detail = _valuation_detail(valuation, evaluation, player)
+            _write_verdict(session, key, valuation, detail, decision)
+            outcomes[item.version] = _valued_outcome(evaluation.id, item, valuation, key, decision)
+        gate.record(session)
     return outcomes
 
 
@@ -342,7 +376,11 @@ def _valuation_detail(
 
 
 def _write_verdict(
-    session: Session, key: str, valuation: BatchValuation, detail: dict[str, Any]
+    session: Session,
+    key: str,
+    valuation: BatchValuation,
+    detail: dict[str, Any],
+    decision: Decision | None,
 ) -> None:
     """Move the job to its verdict; raises _LeftEvaluating when it is no longer `evaluating`."""
     job = session.get(Contribution, key, with_for_update=True)
@@ -350,14 +388,19 @@ def _write_verdict(
         # Shares only add up to the pool as a whole: nothing of the batch is written.
         raise _LeftEvaluating(f"contribution {key} left `evaluating` meanwhile")
     job.status = EVALUATING if key in valuation.accepted else REJECTED
-    job.reason = valuation_reason(valuation, key)
+    job.reason = valuation_reason(valuation, key, decision)
     job.improvement_pct = valuation.shares[key]
     job.updated_at = utcnow()
-    job.quality = {**(job.quality or {}), "valuation": detail}
+    budget = {"budget": decision.view()} if decision is not None else {}
+    job.quality = {**(job.quality or {}), "valuation": detail, **budget}
 
 
 def _valued_outcome(
-    evaluation_id: str, item: VersionItem, valuation: BatchValuation, key: str
+    evaluation_id: str,
+    item: VersionItem,
+    valuation: BatchValuation,
+    key: str,
+    decision: Decision | None,
 ) -> EvaluationOutcome:
     interval = valuation.interval
     return EvaluationOutcome(
@@ -369,7 +412,7 @@ def _valued_outcome(
         baseline_score=valuation.score_without,
         improvement_pct=valuation.shares[key],
         status=EVALUATING if key in valuation.accepted else REJECTED,
-        detail=valuation_reason(valuation, key),
+        detail=valuation_reason(valuation, key, decision),
         pool_pct=valuation.pool_pct,
         interval_low=interval.low if interval else None,
         interval_high=interval.high if interval else None,
@@ -377,8 +420,18 @@ def _valued_outcome(
     )
 
 
-def valuation_reason(valuation: BatchValuation, key: str) -> str:
-    """A job's reason after valuation: the figures that accepted or rejected it."""
+def valuation_reason(valuation: BatchValuation, key: str, decision: Decision | None = None) -> str:
+    """A job's reason after valuation: the figures that accepted or rejected it; for a rejected
+    try, what the supplier's budget asks of the next ones."""
+    reason = _verdict_reason(valuation, key, decision)
+    if decision is not None and not decision.accepted:
+        reason += f". {decision.summary()}"
+    return reason
+
+
+def _verdict_reason(valuation: BatchValuation, key: str, decision: Decision | None) -> str:
+    if decision is not None and valuation.rejected.get(key) == BUDGET:
+        return budget_reason(valuation, decision)
 
     metric = valuation.metric_name
     change = f"{metric} {valuation.score_without:.4f} → {valuation.score_with:.4f}"

@@ -28,6 +28,9 @@ from pipeline.models.estimators import validate_estimator
 DEMO_MODEL_FILE = "customer_churn.json"
 
 
+DEFAULT_MIN_IMPROVEMENT_PCT = 0.5
+
+
 class ModelDefinition(BaseModel):
     """What a model file holds."""
 
@@ -38,6 +41,9 @@ class ModelDefinition(BaseModel):
     estimator: str
     data_spec: dict[str, Any]
     example_row: dict[str, Any]
+    # A batch is paid only when the lower bound of its improvement clears this, in percent
+    # (docs/rewards.md, "Minimum meaningful improvement").
+    min_improvement_pct: float = Field(default=DEFAULT_MIN_IMPROVEMENT_PCT, ge=0.0, le=100.0)
 
 
 def parse_definition(data: Any) -> ModelDefinition:
