@@ -1,11 +1,10 @@
 """Known rows: rows of a contribution that duplicate rows the model has already accepted.
 
 Rows that match rows of the model's accepted training data (`accepted_items`: any earlier
-accepted contribution, from anyone) are counted and left out of valuation (`novel_rows`). Only
-tiers whose chance rate, scaled to the accepted data's size, is at most `KNOWN_CHANCE_MAX`
-decide per row, so honest rows of a dense table are not taken for copies; a denser tier
-counts its matches as known only when there are more of them than chance allows (jittered or
-resampled copies of accepted rows). Rows sent by two contributions of one batch are valued
+accepted contribution, from anyone) are counted and left out of valuation (`novel_rows`). A
+tier counts its matches as known only when there are more of them than chance explains (its
+chance rate scaled to the accepted data's size, `known_mask`): jittered or resampled copies of
+accepted rows are known, while the coincidences of honest rows in a dense table are not. Rows sent by two contributions of one batch are valued
 once, with the first (`batch_duplicates`).
 
 Accepted rows' fingerprints are derived from the accepted versions when needed and cached per
@@ -47,11 +46,6 @@ if TYPE_CHECKING:
     from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
-
-
-# A tier decides per row whether a row is already known only when honest rows match the
-# accepted data by chance at most this often.
-KNOWN_CHANCE_MAX = 0.01
 
 
 def accepted_keys_key(model_id: int, dataset_version_id: int, scheme: Scheme) -> str:
@@ -110,24 +104,27 @@ def accepted_keys(
 
 
 def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
-    """Rows matching accepted rows in a tier that says they are copies.
+    """Rows matching accepted rows in a tier whose matches are more than chance explains.
 
-    A tier decides row by row where honest rows match the accepted data by chance at most
-    KNOWN_CHANCE_MAX of the time (its chance rate scaled to the accepted data's size). A tier
-    where chance matches are common decides for the whole contribution: when its matches
-    exceed what chance allows (`chance_allowance`, no tolerance), the contribution is made of
-    near copies of accepted rows (jittered or resampled), and every row matching there counts
-    as known; otherwise none does.
+    A tier's chance rate (the benchmark's self-match rate, scaled to the accepted data's size)
+    says how many honest rows match accepted rows there by coincidence. When the contribution
+    matches more often than `chance_allowance` allows (no tolerance), its matches there are
+    copies (exact, jittered or resampled) and count as known; otherwise they are coincidences
+    of honest rows and none does. Where chance matches are very rare (e.g. the exact tier of
+    continuous data) a few matches are enough.
     """
     known = np.zeros(keys.rows, dtype=bool)
     if accepted.rows == 0 or keys.rows == 0:
         return known
     scale = accepted.rows / max(1, benchmark.rows)
+    sample = max(1, benchmark.sample_rows)
     matched = match_rows(keys, accepted.tier_keys)
     for tier, summary in enumerate(benchmark.tiers):
-        chance = min(1.0, summary.chance_rate * scale)
+        # Laplace's rule of succession: a rate measured as 0 on a sample is not quite 0.
+        measured = (summary.chance_rate * sample + 1) / (sample + 2)
+        chance = min(1.0, measured * scale)
         hits = matched[tier]
-        if chance <= KNOWN_CHANCE_MAX or hits.sum() > chance_allowance(keys.rows, chance, 0.0):
+        if hits.sum() > chance_allowance(keys.rows, chance, 0.0):
             known |= hits
     return known
 

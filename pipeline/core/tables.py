@@ -331,6 +331,8 @@ class ValuationTry(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    # The tries of one valuation are one test of its pool (per stream).
+    valuation_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     contribution_id: Mapped[str] = mapped_column(ForeignKey("contributions.id"), unique=True)
     submitter_id: Mapped[str] = mapped_column(String(200))
     stream: Mapped[str] = mapped_column(String(20))  # own | newcomer

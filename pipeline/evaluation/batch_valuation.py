@@ -315,7 +315,7 @@ def _record_valuation(
             detail = _valuation_detail(valuation, evaluation, player)
             _write_verdict(session, key, valuation, detail, decision)
             outcomes[item.version] = _valued_outcome(evaluation.id, item, valuation, key, decision)
-        gate.record(session)
+        gate.record(session, valuation_id)
     return outcomes
 
 

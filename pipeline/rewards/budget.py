@@ -95,7 +95,6 @@ class Standing:
     """Where a try stands in its stream's budget."""
 
     stream: str  # OWN | NEWCOMER
-    stream_id: str  # tries of one stream in one batch are numbered one after the other
     try_number: int
 
 
@@ -139,23 +138,25 @@ class Decision:
         if not self.ahead:
             return counted + "."
         first, last = self.ahead[0], self.ahead[-1]
-        gains = ", ".join(f"{a['minGainPct']:+.2f} %" for a in self.ahead)
-        precision = (
-            f" for a contribution measured as precisely as this one (±{self.se:.2f} %)"
-            if math.isfinite(self.se) and self.se > 0
-            else ""
-        )
+        confidences = f"{first['confidencePct']:g} to {last['confidencePct']:g} % confidence"
         restart = (
             "a paid submission restores the budget."
             if self.standing.stream == OWN
-            else "once paid, your own budget starts in full."
+            else "once one is paid, your own budget starts in full."
         )
+        if not (math.isfinite(self.se) and self.se > 0):
+            return (
+                f"{counted}. Your next {len(self.ahead)} submissions to this model must each "
+                f"show a gain above the model's minimum of {self.min_improvement_pct:+.2f} % "
+                f"with {confidences} (rising with each rejection) to be paid; {restart}"
+            )
+        gains = ", ".join(f"{a['minGainPct']:+.2f} %" for a in self.ahead)
         return (
             f"{counted}. Your next {len(self.ahead)} submissions to this model must show at "
             f"least {first['minGainPct']:+.2f} % to be paid ({gains} in turn if each is "
-            f"rejected: {first['confidencePct']:g} to {last['confidencePct']:g} % "
-            f"confidence that the gain clears the model's minimum of "
-            f"{self.min_improvement_pct:+.2f} %){precision}; {restart}"
+            f"rejected: {confidences} that the gain clears the model's minimum of "
+            f"{self.min_improvement_pct:+.2f} %, for a contribution measured as precisely as "
+            f"this one, ±{self.se:.2f} %); {restart}"
         )
 
 
@@ -220,9 +221,14 @@ def linked_tries(session: Session, model_id: int, identities: Iterable[str]) -> 
 
 
 def _since_last_accepted(tries: Sequence[ValuationTry]) -> int:
-    count = 0
+    """Tests failed since the last accepted one; the tries of one valuation are one test."""
+    tests: dict[str, bool] = {}
     for row in tries:
-        count = 0 if row.accepted else count + 1
+        key = row.valuation_id or str(row.id)
+        tests[key] = tests.get(key, False) or row.accepted
+    count = 0
+    for accepted in tests.values():
+        count = 0 if accepted else count + 1
     return count
 
 
@@ -230,7 +236,7 @@ def standing_of(session: Session, model_id: int, supplier: Supplier) -> Standing
     """The stream a supplier's next try is tested in, and its place there (batch aside)."""
     own = linked_tries(session, model_id, supplier.identities)
     if any(row.accepted for row in own):
-        return Standing(OWN, f"own:{own[0].id}", 1 + _since_last_accepted(own))
+        return Standing(OWN, 1 + _since_last_accepted(own))
     newcomer = list(
         session.scalars(
             select(ValuationTry)
@@ -238,7 +244,7 @@ def standing_of(session: Session, model_id: int, supplier: Supplier) -> Standing
             .order_by(ValuationTry.id)
         )
     )
-    return Standing(NEWCOMER, NEWCOMER, 1 + _since_last_accepted(newcomer))
+    return Standing(NEWCOMER, 1 + _since_last_accepted(newcomer))
 
 
 def suppliers_of(svc: Services, keys: Sequence[str]) -> list[Supplier]:
@@ -276,21 +282,16 @@ class TryGate:
 
     @classmethod
     def prepare(cls, svc: Services, model_id: int, keys: Sequence[str]) -> TryGate:
-        """Read each supplier's standing; tries of one stream in the batch count one by one."""
+        """Read each supplier's standing. The batch's pool is tested once per stream: tries of
+        one stream in the batch share its level, and count as one test."""
         suppliers = suppliers_of(svc, sorted(keys))
         with svc.db.session() as session:
             model = session.get(Model, model_id)
             minimum = float(model.min_improvement_pct) if model is not None else 0.0
-            standings: dict[str, tuple[Supplier, Standing]] = {}
-            taken: dict[str, int] = {}
-            for supplier in suppliers:
-                standing = standing_of(session, model_id, supplier)
-                number = standing.try_number + taken.get(standing.stream_id, 0)
-                taken[standing.stream_id] = taken.get(standing.stream_id, 0) + 1
-                standings[supplier.key] = (
-                    supplier,
-                    Standing(standing.stream, standing.stream_id, number),
-                )
+            standings = {
+                supplier.key: (supplier, standing_of(session, model_id, supplier))
+                for supplier in suppliers
+            }
         return cls(model_id, svc.settings.reward_try_budget, minimum, standings)
 
     def apply(self, valuation: BatchValuation) -> dict[str, Decision]:
@@ -326,11 +327,12 @@ class TryGate:
             )
         return self.decisions
 
-    def record(self, session: Session) -> None:
+    def record(self, session: Session, valuation_id: str) -> None:
         """Write the batch's tries (in the caller's transaction, with the verdicts)."""
         for key, decision in self.decisions.items():
             row = ValuationTry(
                 model_id=self.model_id,
+                valuation_id=valuation_id,
                 contribution_id=key,
                 submitter_id=decision.supplier.submitter_id,
                 stream=decision.standing.stream,

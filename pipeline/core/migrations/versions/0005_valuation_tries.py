@@ -25,6 +25,7 @@ def upgrade() -> None:
         "valuation_tries",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("model_id", sa.Integer(), nullable=False),
+        sa.Column("valuation_id", sa.String(length=36), nullable=True),
         sa.Column("contribution_id", sa.String(length=36), nullable=False),
         sa.Column("submitter_id", sa.String(length=200), nullable=False),
         sa.Column("stream", sa.String(length=20), nullable=False),
