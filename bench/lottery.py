@@ -137,8 +137,9 @@ def attacked_cases(svc: Services) -> list[Case]:
         churn: pd.DataFrame(churn_rows(300, seed=2)),
     }
     for model_id, frame in accepted.items():
-        row = paid_run(svc, rows(frame) if model_id != churn else frame.to_dict("records"),
-                       model_id, user="seed-supplier", with_manifest=manifest("0x" + "5" * 40))  # fmt: skip
+        data = rows(frame) if model_id != churn else frame.to_dict("records")
+        seed_wallet = manifest("0x" + "5" * 40)
+        row = paid_run(svc, data, model_id, user="seed-supplier", with_manifest=seed_wallet)
         assert row.status == REWARDED, row.reason
     return [
         Case("cancer", cancer, accepted[cancer], "target", "classification", "logistic_regression"),
@@ -273,7 +274,7 @@ def _accepted_keys(fingerprints: Fingerprints, frame: pd.DataFrame) -> AcceptedK
 
 
 def honest_samples() -> list[tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame, str, bool]]:
-    """(name, benchmark, accepted, contribution, target, classification): disjoint honest samples."""
+    """Disjoint honest samples: (name, benchmark, accepted, contribution, target, classified)."""
     samples = []
     spec = demo_definition().data_spec
     for name in ("customer-churn", "customer-churn-copy"):

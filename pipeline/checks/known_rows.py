@@ -4,8 +4,8 @@ Rows that match rows of the model's accepted training data (`accepted_items`: an
 accepted contribution, from anyone) are counted and left out of valuation (`novel_rows`). A
 tier counts its matches as known only when there are more of them than chance explains (its
 chance rate scaled to the accepted data's size, `known_mask`): jittered or resampled copies of
-accepted rows are known, while the coincidences of honest rows in a dense table are not. Rows sent by two contributions of one batch are valued
-once, with the first (`batch_duplicates`).
+accepted rows are known, while the coincidences of honest rows in a dense table are not. Rows
+sent by two contributions of one batch are valued once, with the first (`batch_duplicates`).
 
 Accepted rows' fingerprints are derived from the accepted versions when needed and cached per
 version and scheme in the object store (`integrity/{model_id}/accepted/...`, outside
