@@ -51,6 +51,7 @@ from pipeline.checks.integrity import count_benchmark_copies
 from pipeline.checks.known_rows import AcceptedKeys, known_mask
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
+from pipeline.core.errors import RowValidationFailed
 from pipeline.core.migrate import upgrade
 from pipeline.core.tables import REWARDED
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
@@ -168,8 +169,12 @@ def play_noise(svc: Services, cases: list[Case], tries: int) -> dict[str, Any]:
             kind, case.accepted, case.target, rng, ROWS_PER_TRY,
             task_type=case.task_type, estimator=case.estimator,
         )  # fmt: skip
-        row = paid_run(svc, records(frame, case), case.model_id, user="mallory",
-                       with_manifest=manifest(WALLETS[i % len(WALLETS)]))  # fmt: skip
+        try:
+            row = paid_run(svc, records(frame, case), case.model_id, user="mallory",
+                           with_manifest=manifest(WALLETS[i % len(WALLETS)]))  # fmt: skip
+        except RowValidationFailed:
+            outcomes[f"{kind}:refused_by_the_data_spec"] += 1
+            continue
         outcomes[f"{kind}:{_stage(row)}"] += 1
         if row.tokens:
             paid += 1

@@ -79,11 +79,11 @@ def drawn(
         parts.append(rng.multivariate_normal(mean, cov, size=count))
     frame = pd.DataFrame(np.vstack(parts)[:rows], columns=features)
     for column in features:
+        low, high = accepted[column].min(), accepted[column].max()
         if pd.api.types.is_integer_dtype(accepted[column].dtype):
-            low, high = int(accepted[column].min()), int(accepted[column].max())
             frame[column] = frame[column].round().clip(low, high).astype(int)
         else:
-            frame[column] = frame[column].round(6)
+            frame[column] = frame[column].clip(low, high).round(6)
     for column in accepted.columns:
         if column not in features and column != target:
             frame[column] = (
