@@ -43,6 +43,7 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
                 "description": m.description,
                 "task_type": m.task_type,
                 "target_column": m.target_column,
+                "min_improvement_pct": m.min_improvement_pct,
             }
             for m in list_models(session)
         ]
