@@ -53,6 +53,7 @@ from pipeline.rewards.valuation import (
     BatchValuation,
     Player,
     ValuationSettings,
+    frame_fingerprint,
     value_batch,
 )
 
@@ -218,6 +219,11 @@ def _value_and_record(
             return
         gate = TryGate.prepare(svc, batch.model_id, list(players))
         gate.apply(valuation)
+        if BUDGET in valuation.rejected.values():
+            # The volume factor counts the rows of the tries paid (a copy once).
+            paid = [players[key][1] for key in valuation.accepted]
+            kept = {frame_fingerprint(player.frame): player.rows for player in paid}
+            valuation.accepted_rows = sum(kept.values())
     except Exception as exc:
         for item, _ in players.values():
             outcomes[item.version] = _fail(svc, item, exc)

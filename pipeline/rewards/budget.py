@@ -12,9 +12,11 @@ where W is `REWARD_TRY_BUDGET` (0.05) and n counts the tries of the supplier's *
 that stream's last accepted try (the first try after one is n = 1: level W/2 = 0.025, the
 one-sided level of the 95 % interval the gate used before). A rejected try spends: the next
 is tested at level(n + 1). An accepted try earns the budget back: the stream starts again at
-n = 1. Over pure noise the false payouts of a stream add up to at most W·(1 + W) in
-expectation, however many tries, and at most about W per accepted try in general (the
-false share of paid tries stays near W, as with online FDR control).
+n = 1. On pure noise a stream pays falsely between two accepted tries with probability at most
+Σ level(n) = W, so its expected false payouts are at most W / (1 − W), however many tries it
+makes; each accepted try buys at most that much again (the false share of paid tries stays near
+W, as with online FDR control). The tries of one batch in one stream share a level and count as
+one test: the batch's pool is tested once.
 
 A try is paid when both the batch's percentile interval (`VALUATION_CONFIDENCE_LEVEL`) and
 the normal bootstrap bound `pool − z(1 − level(n)) · se` lie above δ.
@@ -109,7 +111,6 @@ class Decision:
     min_improvement_pct: float
     se: float
     accepted: bool
-    budget: float = 0.05
     ahead: list[dict[str, float]] = field(default_factory=list)
 
     def view(self) -> dict[str, Any]:
@@ -320,7 +321,6 @@ class TryGate:
                 self.min_improvement_pct,
                 se,
                 accepted,
-                self.budget,
                 []
                 if accepted
                 else _ahead(self.budget, standing.try_number + 1, se, self.min_improvement_pct),
