@@ -40,6 +40,7 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
                     if m.trainer is not None
                     else None
                 ),
+                "min_improvement_pct": m.min_improvement_pct,
             }
             for m in list_models(session)
         ]

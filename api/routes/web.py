@@ -43,6 +43,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import NotFound, Unauthenticated
 from pipeline.models.registry import get_model, list_models
+from pipeline.rewards.budget import try_level
 from pipeline.rewards.formula import FULL_VOLUME_ROWS, volume_factor
 
 router = APIRouter(tags=["web"], include_in_schema=False)
@@ -189,6 +190,7 @@ def contribute_page(
             name, description = model.name, model.description or ""
             identifier = model.id
             field_count = len((model.data_spec or {}).get("properties") or {})
+            minimum = float(model.min_improvement_pct)
     except NotFound:
         return _not_found(f"There is no model {model_id}.")
     user, why = session_user(request, settings)
@@ -201,6 +203,9 @@ def contribute_page(
         user=user or "",
         session_problem=why,
         **_rule_values(settings, QualityThresholds(), field_count),
+        min_improvement_pct=f"{minimum:g}",
+        first_try_confidence=f"{100 * (1 - try_level(settings.reward_try_budget, 1)):g}",
+        second_try_confidence=f"{100 * (1 - try_level(settings.reward_try_budget, 2)):.2f}",
     )
 
 

@@ -353,6 +353,22 @@ def frame_keys(scheme: Scheme, frame: pd.DataFrame, *, probes: bool = True) -> R
 
 # --- matching -------------------------------------------------------------------------------
 
+# Honest samples of related distributions (another seed, noise-free labels, another class
+# mix) match a benchmark up to this many times as often as its own rows match each other:
+# measured up to 1.31x on the demo data (docs/integrity.md, `python bench/lottery.py`).
+CHANCE_SLACK = 1.5
+
+
+def chance_allowance(rows: int, chance_rate: float, tolerance: float) -> float:
+    """Matching rows an honest contribution of `rows` rows may show in a tier.
+
+    The rate expected by chance is the benchmark's self-match rate, widened by CHANCE_SLACK
+    (an estimate from one sample, and honest data is seldom distributed exactly like the
+    benchmark), plus three binomial standard deviations and the tolerance.
+    """
+    p = min(1.0, max(0.0, chance_rate) * CHANCE_SLACK)
+    return rows * p + 3 * math.sqrt(rows * p * (1 - p)) + tolerance * rows
+
 
 def contains(sorted_keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """Which `queries` are in `sorted_keys` (ascending uint64, possibly memory-mapped)."""

@@ -7,13 +7,17 @@ Run by the pipeline after the quality and PII checks, for each contribution stil
    fingerprints (`pipeline.checks.benchmark_fingerprints`) in every tier of
    `pipeline.checks.fingerprints`; in a tier whose chance rate is p (the share of the
    benchmark's own rows matching another of its rows), an honest contribution of n rows is
-   expected to match about n*p rows. The contribution is rejected when, in some tier, more rows
-   match than `n*p + 3*sqrt(n*p*(1-p)) + INTEGRITY_COPY_TOLERANCE * n` (default tolerance 1 %):
-   a copy of benchmark rows, exact or with small noise, is never paid nor trained on.
+   expected to match about n*p rows, and up to CHANCE_SLACK (1.5) times that when its
+   distribution differs a little from the benchmark's. With q = min(1, 1.5*p), the contribution
+   is rejected when, in some tier, more rows match than
+   `n*q + 3*sqrt(n*q*(1-q)) + INTEGRITY_COPY_TOLERANCE * n` (default tolerance 1 %): a copy of
+   benchmark rows, exact or with small noise, is never paid nor trained on, while the chance
+   coincidences of low-cardinality rows are not taken for copies.
 2. Known rows (`pipeline.checks.known_rows`): rows that match rows the model already trains on
-   (accepted contributions and the owner's base training data) are counted and left out of
-   valuation. A contribution whose novel rows are less than `INTEGRITY_MIN_NOVEL_SHARE`
-   (default 5 %) of its rows is rejected as already contributed.
+   (accepted contributions and the owner's base training data), exactly or within a near tier's
+   tolerance (a jittered or resampled copy), are counted and left out of valuation. A
+   contribution whose novel rows are less than `INTEGRITY_MIN_NOVEL_SHARE` (default 5 %) of its
+   rows is rejected as already contributed.
 3. Labels (`pipeline.checks.labels`): the novel rows' labels are checked against the current model
    and against their own cross-validated predictions; far more disagreement than the reference
    data shows quarantines the contribution (`rejected`, the figures in the reason).
@@ -49,7 +53,14 @@ from pipeline.checks.fingerprint_files import (
     Fingerprints,
     FingerprintSummary,
 )
-from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows, target_codes
+from pipeline.checks.fingerprints import (
+    RowKeys,
+    Scheme,
+    chance_allowance,
+    frame_keys,
+    match_rows,
+    target_codes,
+)
 from pipeline.checks.known_rows import AcceptedKeys, accepted_keys, known_base_mask, known_mask
 from pipeline.checks.labels import MIN_REFERENCE_ROWS, LabelReport, check_labels
 from pipeline.evaluation.batches import load_frame
@@ -70,10 +81,7 @@ MAX_CLASSES = 50
 # --- leakage ---------------------------------------------------------------------------------
 
 
-def allowance(rows: int, chance_rate: float, tolerance: float) -> float:
-    """Matching rows an honest contribution of `rows` rows may show in a tier."""
-    p = min(1.0, max(0.0, chance_rate))
-    return rows * p + 3 * math.sqrt(rows * p * (1 - p)) + tolerance * rows
+allowance = chance_allowance
 
 
 @dataclass(frozen=True)

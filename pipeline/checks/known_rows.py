@@ -3,9 +3,11 @@
 Rows that match rows of the model's training data — its accepted contributions
 (`accepted_items`: any earlier accepted contribution, from anyone) and the owner's base training
 data (the newest benchmark file's non-evaluation rows, `pipeline.evaluation.datasets`) — are
-counted and left out of valuation (`novel_rows`): they earn nothing. Only tiers whose chance
-rate, scaled to the training data's size, is at most `KNOWN_CHANCE_MAX` decide per row, so
-honest rows of a dense table are not taken for copies.
+counted and left out of valuation (`novel_rows`): they earn nothing. A tier counts its matches
+as known only when there are more of them than chance explains (its chance rate scaled to the
+training data's size, `known_mask`): jittered or resampled copies of training rows are known,
+while the coincidences of honest rows in a dense table are not. Rows sent by two contributions
+of one batch are valued once, with the first (`batch_duplicates`).
 
 Accepted rows' fingerprints are derived from the accepted versions when needed and cached per
 version and scheme in the object store (`integrity/{model_id}/accepted/...`, outside
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +36,13 @@ from pipeline.checks.benchmark_fingerprints import (
     model_benchmarks,
 )
 from pipeline.checks.fingerprint_files import FingerprintSummary
-from pipeline.checks.fingerprints import RowKeys, Scheme, frame_keys, match_rows
+from pipeline.checks.fingerprints import (
+    RowKeys,
+    Scheme,
+    chance_allowance,
+    frame_keys,
+    match_rows,
+)
 from pipeline.evaluation.batches import VersionItem, load_frame
 from pipeline.evaluation.datasets import accepted_items, benchmark_base_rows
 
@@ -42,11 +50,6 @@ if TYPE_CHECKING:
     from pipeline.bootstrap import Services
 
 log = logging.getLogger(__name__)
-
-
-# A tier decides per row whether a row is already known only when honest rows match the
-# accepted data by chance at most this often.
-KNOWN_CHANCE_MAX = 0.01
 
 
 def accepted_keys_key(model_id: int, dataset_version_id: int, scheme: Scheme) -> str:
@@ -143,18 +146,16 @@ def accepted_keys(
     )
 
 
-def _deciding_tiers(accepted: AcceptedKeys, benchmark: FingerprintSummary) -> list[int]:
-    """The tiers informative at the training data's size (module docstring)."""
-    scale = accepted.rows / max(1, benchmark.rows)
-    return [
-        t
-        for t, summary in enumerate(benchmark.tiers)
-        if min(1.0, summary.chance_rate * scale) <= KNOWN_CHANCE_MAX
-    ]
-
-
 def known_mask(keys: RowKeys, accepted: AcceptedKeys, benchmark: FingerprintSummary) -> np.ndarray:
-    """Rows matching training rows in a tier that is informative at the training data's size."""
+    """Rows matching training rows in a tier whose matches are more than chance explains.
+
+    A tier's chance rate (the benchmark's self-match rate, scaled to the training data's size)
+    says how many honest rows match training rows there by coincidence. When the contribution
+    matches more often than `chance_allowance` allows (no tolerance), its matches there are
+    copies (exact, jittered or resampled) and count as known; otherwise they are coincidences
+    of honest rows and none does. Where chance matches are very rare (e.g. the exact tier of
+    continuous data) a few matches are enough.
+    """
     return _matching(keys, accepted, benchmark, accepted.tier_keys)
 
 
@@ -174,10 +175,45 @@ def _matching(
     known = np.zeros(keys.rows, dtype=bool)
     if accepted.rows == 0 or keys.rows == 0 or tier_keys is None:
         return known
+    scale = accepted.rows / max(1, benchmark.rows)
+    sample = max(1, benchmark.sample_rows)
     matched = match_rows(keys, tier_keys)
-    for tier in _deciding_tiers(accepted, benchmark):
-        known |= matched[tier]
+    for tier, summary in enumerate(benchmark.tiers):
+        # Laplace's rule of succession: a rate measured as 0 on a sample is not quite 0.
+        measured = (summary.chance_rate * sample + 1) / (sample + 2)
+        chance = min(1.0, measured * scale)
+        hits = matched[tier]
+        if hits.sum() > chance_allowance(keys.rows, chance, 0.0):
+            known |= hits
     return known
+
+
+def batch_duplicates(
+    svc: Services, model_id: int, frames: Sequence[pd.DataFrame]
+) -> list[np.ndarray]:
+    """Per frame, its rows that an earlier frame of the batch holds too (canonical cells).
+
+    Frames are in submission order; a frame identical to an earlier one is left whole (the
+    valuation treats identical contributions as one player and splits its value), any other
+    row seen before is a duplicate of the first contribution that sent it.
+    """
+    refs = model_benchmarks(svc, model_id)
+    if not refs or len(frames) < 2:
+        return [np.zeros(len(f), dtype=bool) for f in frames]
+    scheme = benchmark_summary(svc, ensure_benchmark_fingerprints(svc, refs[0])).scheme
+    seen: set[int] = set()
+    whole: dict[bytes, set[int]] = {}
+    masks = []
+    for frame in frames:
+        keys = frame_keys(scheme, frame, probes=False).keys(0)
+        signature = np.sort(keys).tobytes()
+        if signature in whole:
+            masks.append(np.zeros(len(frame), dtype=bool))
+            continue
+        masks.append(np.isin(keys, np.fromiter(seen, dtype=np.uint64, count=len(seen))))
+        whole[signature] = set(keys.tolist())
+        seen |= whole[signature]
+    return masks
 
 
 @dataclass(frozen=True)

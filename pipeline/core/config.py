@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     valuation_cluster_address: str | None = None
     reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
+    # Each supplier's budget of false payouts over its tries on a model (pipeline.rewards.budget).
+    reward_try_budget: float = Field(default=0.05, gt=0.0, lt=1.0)
 
     # Integrity of contributions (docs/integrity.md).
     integrity_copy_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)

@@ -131,6 +131,9 @@ class Model(Base):
     owner_org_id: Mapped[str | None] = mapped_column(
         ForeignKey("organizations.id"), nullable=True, index=True
     )
+    # A batch is paid only when its improvement's lower bound clears this, in percent
+    # (docs/rewards.md).
+    min_improvement_pct: Mapped[float] = mapped_column(Float, default=0.5, server_default="0.5")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -340,6 +343,41 @@ class RewardEntry(Base):
     wallet_address: Mapped[str] = mapped_column(String(42), index=True)
     tokens: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ValuationTry(Base):
+    """One valuation decision on one contribution: a test in its supplier's budget of tries.
+
+    `pipeline.rewards.budget` reads a supplier's earlier tries (linked by user and wallet, see
+    `ValuationTryIdentity`) to set the level of the next one; `accepted` tries earn it back.
+    """
+
+    __tablename__ = "valuation_tries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    # The tries of one valuation are one test of its pool (per stream).
+    valuation_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    contribution_id: Mapped[str] = mapped_column(ForeignKey("contributions.id"), unique=True)
+    submitter_id: Mapped[str] = mapped_column(String(200))
+    stream: Mapped[str] = mapped_column(String(20))  # own | newcomer
+    try_number: Mapped[int] = mapped_column(Integer)  # since the stream's last accepted try
+    level: Mapped[float] = mapped_column(Float)  # the test's false-pay probability
+    bound_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_improvement_pct: Mapped[float] = mapped_column(Float)
+    accepted: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ValuationTryIdentity(Base):
+    """Who made a try: its submitter (`user:ID`) and each wallet it pays (`wallet:0x...`)."""
+
+    __tablename__ = "valuation_try_identities"
+    __table_args__ = (Index("ix_valuation_try_identities_lookup", "model_id", "identity"),)
+
+    try_id: Mapped[int] = mapped_column(ForeignKey("valuation_tries.id"), primary_key=True)
+    identity: Mapped[str] = mapped_column(String(250), primary_key=True)
+    model_id: Mapped[int] = mapped_column(Integer)
 
 
 class ContributorProfile(Base):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from pipeline.checks.known_rows import novel_rows
+from pipeline.checks.known_rows import batch_duplicates, novel_rows
 from pipeline.core.errors import DomainError
 from pipeline.core.tables import (
     EVALUATING,
@@ -60,12 +60,14 @@ from pipeline.evaluation.without_cache import (
     model_state_key,
     trained_as_accepted,
 )
+from pipeline.rewards.budget import BUDGET, Decision, TryGate, budget_reason
 from pipeline.rewards.valuation import (
     CACHE_MISS,
     NOISE,
     BatchValuation,
     Player,
     ValuationSettings,
+    frame_fingerprint,
     value_batch,
 )
 from pipeline.sandbox.errors import TrainerFailed
@@ -202,14 +204,39 @@ def _players(
             outcomes[item.version] = _fail(svc, item, exc)
             continue
         if frame.empty:
-            reason = "nothing to value: no row is left once rows already accepted are removed"
-            transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
-            outcomes[item.version] = EvaluationOutcome(
-                None, item.version, "contribution", status=REJECTED, detail=reason
-            )
+            _nothing_to_value(svc, item, outcomes, "once rows already accepted are removed")
             continue
         players[item.contribution_id or ""] = (item, Player(item.contribution_id or "", frame))
-    return players
+    return _without_batch_duplicates(svc, players, outcomes)
+
+
+def _without_batch_duplicates(
+    svc: Services, players: Players, outcomes: dict[str, EvaluationOutcome]
+) -> Players:
+    """Rows sent by two contributions of the batch stay with the first submitted only."""
+    ordered = sorted(players.values(), key=lambda p: p[0].dataset_version_id)
+    if len(ordered) < 2:
+        return players
+    masks = batch_duplicates(svc, ordered[0][0].model_id, [p.frame for _, p in ordered])
+    kept: Players = {}
+    for (item, player), duplicate in zip(ordered, masks, strict=True):
+        if duplicate.all():
+            _nothing_to_value(svc, item, outcomes, "once rows another contribution of its "
+                              "batch sent first are removed")  # fmt: skip
+            continue
+        frame = player.frame[~duplicate].reset_index(drop=True) if duplicate.any() else player.frame
+        kept[player.key] = (item, Player(player.key, frame))
+    return kept
+
+
+def _nothing_to_value(
+    svc: Services, item: VersionItem, outcomes: dict[str, EvaluationOutcome], why: str
+) -> None:
+    reason = f"nothing to value: no row is left {why}"
+    transition(svc.db, item.contribution_id or "", (EVALUATING,), REJECTED, reason=reason)
+    outcomes[item.version] = EvaluationOutcome(
+        None, item.version, "contribution", status=REJECTED, detail=reason
+    )
 
 
 def _value_and_record(
@@ -223,6 +250,15 @@ def _value_and_record(
     """Value the players and write the verdicts; a batch that cannot be written is queued again."""
     try:
         valuation = _value_players(svc, inputs, players, outcomes)
+        if valuation is None:
+            return
+        gate = TryGate.prepare(svc, batch.model_id, list(players))
+        gate.apply(valuation)
+        if BUDGET in valuation.rejected.values():
+            # The volume factor counts the rows of the tries paid (a copy once).
+            paid = [players[key][1] for key in valuation.accepted]
+            kept = {frame_fingerprint(player.frame): player.rows for player in paid}
+            valuation.accepted_rows = sum(kept.values())
     except TrainerFailed as exc:
         outcomes.update(give_back_batch(svc, [item for item, _ in players.values()], exc))
         return
@@ -230,10 +266,8 @@ def _value_and_record(
         for item, _ in players.values():
             outcomes[item.version] = _fail(svc, item, exc)
         return
-    if valuation is None:
-        return
     try:
-        outcomes.update(_record_valuation(svc, batch, inputs.bench, players, valuation))
+        outcomes.update(_record_valuation(svc, batch, inputs.bench, players, valuation, gate))
         _keep_next_without(svc, frames, inputs, players, valuation)
     except (_LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.
@@ -341,9 +375,14 @@ def _fail(svc: Services, item: VersionItem, exc: Exception) -> EvaluationOutcome
 
 
 def _record_valuation(
-    svc: Services, batch: Batch, bench: BenchmarkData, players: Players, valuation: BatchValuation
+    svc: Services,
+    batch: Batch,
+    bench: BenchmarkData,
+    players: Players,
+    valuation: BatchValuation,
+    gate: TryGate,
 ) -> dict[str, EvaluationOutcome]:
-    """Write every player's Evaluation and job verdict in one transaction (all or nothing)."""
+    """Write every player's Evaluation, job verdict and try in one transaction (all or nothing)."""
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:
@@ -352,10 +391,11 @@ def _record_valuation(
             evaluation = _evaluation_row(batch, bench, item, valuation, valuation_id, key)
             session.add(evaluation)
             session.flush()
-            _write_verdict(
-                session, key, valuation, _valuation_detail(valuation, evaluation, player)
-            )
-            outcomes[item.version] = _valued_outcome(evaluation, item, valuation, key)
+            decision = gate.decisions.get(key)
+            detail = _valuation_detail(valuation, evaluation, player)
+            _write_verdict(session, key, valuation, detail, decision)
+            outcomes[item.version] = _valued_outcome(evaluation, item, valuation, key, decision)
+        gate.record(session, valuation_id)
     return outcomes
 
 
@@ -421,7 +461,11 @@ def _valuation_detail(
 
 
 def _write_verdict(
-    session: Session, key: str, valuation: BatchValuation, detail: dict[str, Any]
+    session: Session,
+    key: str,
+    valuation: BatchValuation,
+    detail: dict[str, Any],
+    decision: Decision | None,
 ) -> None:
     """Move the job to its verdict; raises _LeftEvaluating when it is no longer `evaluating`."""
     job = session.get(Contribution, key, with_for_update=True)
@@ -429,16 +473,21 @@ def _write_verdict(
         # Shares only add up to the pool as a whole: nothing of the batch is written.
         raise _LeftEvaluating(f"contribution {key} left `evaluating` meanwhile")
     job.status = EVALUATING if key in valuation.accepted else REJECTED
-    job.reason = valuation_reason(valuation, key) + known_rows_note(
+    job.reason = valuation_reason(valuation, key, decision) + known_rows_note(
         job.quality, detail["valued_rows"]
     )
     job.improvement_pct = valuation.shares[key]
     job.updated_at = utcnow()
-    job.quality = {**(job.quality or {}), "valuation": detail}
+    budget = {"budget": decision.view()} if decision is not None else {}
+    job.quality = {**(job.quality or {}), "valuation": detail, **budget}
 
 
 def _valued_outcome(
-    evaluation: Evaluation, item: VersionItem, valuation: BatchValuation, key: str
+    evaluation: Evaluation,
+    item: VersionItem,
+    valuation: BatchValuation,
+    key: str,
+    decision: Decision | None,
 ) -> EvaluationOutcome:
     interval = valuation.interval
     return EvaluationOutcome(
@@ -450,7 +499,7 @@ def _valued_outcome(
         baseline_score=valuation.score_without,
         improvement_pct=valuation.shares[key],
         status=EVALUATING if key in valuation.accepted else REJECTED,
-        detail=valuation_reason(valuation, key),
+        detail=valuation_reason(valuation, key, decision),
         pool_pct=valuation.pool_pct,
         interval_low=interval.low if interval else None,
         interval_high=interval.high if interval else None,
@@ -477,8 +526,18 @@ def known_rows_note(quality: dict[str, Any] | None, valued_rows: int) -> str:
     )
 
 
-def valuation_reason(valuation: BatchValuation, key: str) -> str:
-    """A job's reason after valuation: the figures that accepted or rejected it."""
+def valuation_reason(valuation: BatchValuation, key: str, decision: Decision | None = None) -> str:
+    """A job's reason after valuation: the figures that accepted or rejected it; for a rejected
+    try, what the supplier's budget asks of the next ones."""
+    reason = _verdict_reason(valuation, key, decision)
+    if decision is not None and not decision.accepted:
+        reason += f". {decision.summary()}"
+    return reason
+
+
+def _verdict_reason(valuation: BatchValuation, key: str, decision: Decision | None) -> str:
+    if decision is not None and valuation.rejected.get(key) == BUDGET:
+        return budget_reason(valuation, decision)
 
     metric = valuation.metric_name
     change = f"{metric} {valuation.score_without:.4f} → {valuation.score_with:.4f}"

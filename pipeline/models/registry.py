@@ -61,6 +61,9 @@ class PreprocessingChoice(BaseModel):
     text_max_features: int = Field(default=DEFAULT_TEXT_FEATURES, ge=1, le=100_000)
 
 
+DEFAULT_MIN_IMPROVEMENT_PCT = 0.5
+
+
 class ModelDefinition(BaseModel):
     """What a model file holds."""
 
@@ -75,6 +78,9 @@ class ModelDefinition(BaseModel):
     preprocessing: PreprocessingChoice = Field(default_factory=lambda: PreprocessingChoice())
     data_spec: dict[str, Any]
     example_row: dict[str, Any]
+    # A batch is paid only when the lower bound of its improvement clears this, in percent
+    # (docs/rewards.md, "Minimum meaningful improvement").
+    min_improvement_pct: float = Field(default=DEFAULT_MIN_IMPROVEMENT_PCT, ge=0.0, le=100.0)
 
     def recipe(self) -> Recipe:
         """The estimator, its parameters and the preprocessing, as the scorer uses them (a

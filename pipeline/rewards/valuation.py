@@ -124,6 +124,8 @@ class Interval:
     high: float
     level: float
     resamples: int
+    # The resamples' standard deviation: the standard error the try budget's bounds use.
+    se: float = math.nan
 
     def describe(self) -> str:
         return f"{self.level:.0%} interval [{self.low:+.2f}, {self.high:+.2f}] %"
@@ -225,7 +227,7 @@ def improvement_interval(
         return Interval(math.nan, math.nan, level, 0)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(values, [tail, 1.0 - tail])
-    return Interval(float(low), float(high), level, len(values))
+    return Interval(float(low), float(high), level, len(values), float(np.std(values)))
 
 
 # --- a batch -----------------------------------------------------------------------------------
@@ -478,4 +480,5 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
         "integrity": submitter_integrity(quality.get("integrity")),
+        "budget": quality.get("budget"),  # pipeline.rewards.budget.Decision.view
     }

@@ -79,3 +79,14 @@ def test_docs_assets_come_from_the_pinned_package(client: Any) -> None:
     assert client.get(f"{docs.ASSET_PREFIX}/core.py").status_code == 404
     assert client.get(f"{docs.ASSET_PREFIX}/../core.py").status_code == 404
     assert client.get("/docs/oauth2-redirect").status_code == 200
+
+
+def test_contribution_page_and_model_list_show_the_models_minimum_improvement(client: Any) -> None:
+    page = client.get("/models/1/contribute")
+    rule = re.search(r'<p id="minimum-rule">(.*?)</p>', page.text, re.S)
+    assert rule is not None
+    text = " ".join(re.sub(r"<[^>]+>", "", rule.group(1)).split())
+    assert "this model's minimum of 0.5 %, at 97.5 % confidence for your first try" in text
+    assert "(99.17 % for the second, and so on)" in text
+    listed = {m["id"]: m for m in client.get("/api/models").json()}
+    assert listed[1]["min_improvement_pct"] == 0.5

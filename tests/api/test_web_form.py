@@ -156,6 +156,8 @@ def test_thresholds_and_reward_rule_are_shown_before_submitting(page: Any) -> No
     assert "1 token per 1 % improvement" in reward
     assert "100 rows × 0.5, 1,000 rows × 0.75, 10,000 rows × 1" in reward
     assert "any failed check, earns 0 tokens" in reward
+    minimum = " ".join(page.inner_text("#minimum-rule").split())
+    assert "this model's minimum of 0.5 %, at 97.5 % confidence for your first try" in minimum
     # The page's script measures rows with the same figures.
     app = page.locator("#app")
     assert app.get_attribute("data-min-rows") == "100"

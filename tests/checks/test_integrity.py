@@ -30,13 +30,21 @@ from pipeline.checks.benchmark_fingerprints import (
 )
 from pipeline.checks.disclosure import LEAKAGE_REASON
 from pipeline.checks.integrity import count_benchmark_copies
-from pipeline.checks.known_rows import accepted_keys_key, novel_rows, record_accepted_fingerprints
+from pipeline.checks.known_rows import (
+    AcceptedKeys,
+    accepted_keys_key,
+    known_mask,
+    novel_rows,
+    record_accepted_fingerprints,
+)
 from pipeline.checks.labels import check_labels
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
+from pipeline.demo.demo_data import DemoModel, make_demo_data
 from pipeline.evaluation.datasets import accepted_items
+from pipeline.models.registry import demo_definition
 from pipeline.store import dataset_batches
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (
@@ -47,6 +55,7 @@ from tests.support.integrity import (
     rows_of,
     with_noise,
 )
+from tests.support.lottery import jittered, subset
 from tests.support.pipeline import (
     WALLET_A,
     WALLET_B,
@@ -159,6 +168,57 @@ def test_a_dense_table_allows_chance_matches_but_still_refuses_copies(tmp_path: 
     assert not result.leaked  # ... expected, so not copies
     copied = with_noise(bench.iloc[:200], 1e-4, relative=True)
     assert copies(path, copied).leaked
+
+
+@pytest.mark.parametrize("seed", [1, 5, 7])
+def test_demo_data_for_a_copy_of_the_demo_model_is_not_taken_for_leakage(
+    seed: int, tmp_path: Path
+) -> None:
+    # Issue 23: `marketplace demo-data DIR --model 8` for a copy of the demo model: 276 of 1,000
+    # honest rows met benchmark rows in the coarse tier, where 248 were allowed.
+    model = DemoModel(
+        "customer-churn-copy", "classification", "churned", demo_definition().data_spec
+    )
+    demo = make_demo_data(model, seed=seed)
+    bench = pd.DataFrame(demo.benchmark).rename(columns={"churned": "target"})
+    honest = pd.DataFrame(demo.contribution).rename(columns={"churned": "target"})
+    path = build(bench, tmp_path)
+    result = copies(path, honest)
+    assert result.per_tier["near_0.5"] > 200  # chance coincidences of low-cardinality rows ...
+    assert not result.leaked  # ... are not copies
+    assert copies(path, with_noise(bench.iloc[:150], 1e-4, relative=True)).leaked
+
+
+def accepted_keys_of(path: Path, accepted: pd.DataFrame) -> Any:
+    with fingerprint_files.open_fingerprints(path) as fingerprints:
+        keys = fp.frame_keys(fingerprints.scheme, accepted, probes=False)
+        tiers = [np.unique(keys.keys(t)) for t in range(len(fingerprints.scheme.tiers))]
+        return AcceptedKeys(fingerprints.scheme, len(accepted), tiers)
+
+
+def known(path: Path, accepted: Any, query: pd.DataFrame) -> int:
+    with fingerprint_files.open_fingerprints(path) as fingerprints:
+        keys = fp.frame_keys(fingerprints.scheme, query)
+        return int(known_mask(keys, accepted, fingerprints.summary).sum())
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "diabetes", "churn"])
+def test_jittered_resamples_of_accepted_rows_are_known_and_honest_rows_are_not(
+    name: str, tmp_path: Path
+) -> None:
+    if name == "churn":  # dense: coarse cells hold many honest rows
+        frame = pd.DataFrame(churn_rows(1500, seed=4)).rename(columns={"churned": "target"})
+        bench, rest = frame.iloc[:1000], frame.iloc[1000:].reset_index(drop=True)
+    else:
+        bench, rest = split(name)
+    path = build(bench, tmp_path, classification=name != "diabetes")
+    accepted, honest = rest.iloc[:100], rest.iloc[100:200]
+    keys = accepted_keys_of(path, accepted)
+    rng = np.random.default_rng(0)
+    resampled = jittered(accepted, "target", rng, 100)  # 0.02 standard deviations of noise
+    assert known(path, keys, resampled) >= 90
+    assert known(path, keys, subset(accepted, "target", rng, 60)) == 60
+    assert known(path, keys, honest) == 0
 
 
 def test_a_value_moved_across_a_cell_boundary_is_still_found(tmp_path: Path) -> None:
