@@ -131,6 +131,16 @@ def served_over_https(request: Request, settings: Settings) -> bool:
     return bool(peer and peer in settings.trusted_proxies) and forwarded.strip() == "https"
 
 
+def public_host(request: Request, settings: Settings) -> str:
+    """The host (and port) the browser addressed: `Host`, or a trusted proxy's X-Forwarded-Host
+    when the proxy rewrote `Host` (the same trust rule as `client_ip`)."""
+    peer = request.client.host if request.client else None
+    forwarded = request.headers.get("x-forwarded-host", "").split(",", 1)[0].strip()
+    if forwarded and peer and peer in settings.trusted_proxies:
+        return forwarded.lower()
+    return request.headers.get("host", "").strip().lower()
+
+
 # --- writes a browser may send with the session cookie (CSRF) -----------------------------------
 
 # A page of another site, or of another origin of the same site (another port of the same host),
@@ -160,7 +170,7 @@ def same_origin_request(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is None:
         return
-    host = request.headers.get("host", "").strip().lower()
+    host = public_host(request, request.app.state.settings)
     if origin.strip().lower() == "null" or urlsplit(origin.strip()).netloc.lower() != host:
         raise Forbidden("refused: the request was sent by a page of another origin")
 

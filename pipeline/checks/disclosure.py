@@ -42,8 +42,9 @@ def submitter_integrity(figures: dict[str, Any] | None) -> dict[str, Any] | None
     """The submitter's view of a job's `quality["integrity"]`: no benchmark figures."""
     if not figures:
         return figures
-    verdict = figures.get("verdict")
-    view: dict[str, Any] = {"verdict": SUBMITTER_VERDICTS.get(str(verdict), verdict)}
+    view: dict[str, Any] = {}
+    if "verdict" in figures:
+        view["verdict"] = SUBMITTER_VERDICTS.get(str(figures["verdict"]), figures["verdict"])
     view.update({name: figures[name] for name in SUBMITTER_FIELDS if name in figures})
     return view
 

@@ -215,3 +215,20 @@ def test_the_session_endpoint_refuses_other_origins_and_forms(
     )
     assert foreign.status_code == 403
     assert "set-cookie" not in plain.headers and "set-cookie" not in foreign.headers
+
+
+def test_a_trusted_proxy_may_name_the_host_the_browser_addressed(
+    make_settings: Callable[..., Settings], session_token: Callable[..., str], db: Database
+) -> None:
+    """Behind a proxy that rewrites `Host`, its X-Forwarded-Host is the origin to compare."""
+    from api.app import create_app
+
+    origin = {"Origin": "https://marketplace.example", "Content-Type": "application/json"}
+    forwarded = {"X-Forwarded-Host": "marketplace.example"}
+    for proxies, expected in ((["testclient"], 202), ([], 403)):
+        app = create_app(make_settings(trusted_proxies=proxies))
+        with TestClient(app) as client:
+            client.cookies.set(app.state.settings.session_cookie_name(), session_token("alice"))
+            response = _send(client, "POST", URL, body(2), {**origin, **forwarded})
+            assert response.status_code == expected, response.text
+        app.state.db.dispose()
