@@ -193,6 +193,8 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
         "MARKETPLACE_DATA_DIR": str(settings.marketplace_data_dir),
         "DATABASE_URL": settings.resolved_database_url,
         "EVALUATION_DEBOUNCE_WINDOW_SECONDS": str(365 * 24 * 3600),
+        # Not what these tests are about, and the slowest step of a run (tests/checks cover it).
+        "ENABLE_PII_DETECTION": "false",
         "PYTHONUNBUFFERED": "1",
     }
     port = free_port()
@@ -333,7 +335,7 @@ def test_a_canceled_runs_reexecution_checks_the_version_for_real(dagster: Dagste
     db, store = dagster.db, dagster.store
     _, bench = add_benchmark(db, store, model_id=model)
     job_id, version = contribute(
-        db, store, churn_rows(3000, seed=77), model_id=model, with_manifest=manifest(WALLET_A)
+        db, store, churn_rows(1000, seed=77), model_id=model, with_manifest=manifest(WALLET_A)
     )
     keys = [partition_key(model, v) for v in (bench, version)]
     dagster.add_partitions(keys)
