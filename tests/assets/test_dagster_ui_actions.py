@@ -247,6 +247,29 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+def materialize_all(dagster: Dagster, keys: list[str]) -> dict[str, Any]:
+    """What the UI's "Materialize all" sends: an asset backfill of every asset and partition;
+    the backfill once it is no longer in progress."""
+    launched = dagster.gql(
+        BACKFILL,
+        params={
+            "assetSelection": [{"path": [a]} for a in ASSETS],
+            "partitionNames": keys,
+            "fromFailure": False,
+            "tags": [],
+        },
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    status: dict[str, Any] = {}
+    deadline = time.monotonic() + RUN_SECONDS * 2
+    while time.monotonic() < deadline:
+        status = dagster.gql(BACKFILL_STATUS, id=launched["backfillId"])["partitionBackfillOrError"]
+        if status["status"] != "REQUESTED":
+            break
+        time.sleep(2)
+    return status
+
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster-processes")]
 
 
@@ -303,23 +326,7 @@ def test_ui_launches_of_one_model_run_one_at_a_time_and_pay_once_then_materializ
     assert entries(shown)["score"]["floatValue"] > 0  # the version keeps its figures
 
     # "Materialize all": every partition of every asset, as an asset backfill.
-    launched = dagster.gql(
-        BACKFILL,
-        params={
-            "assetSelection": [{"path": [a]} for a in ASSETS],
-            "partitionNames": keys,
-            "fromFailure": False,
-            "tags": [],
-        },
-    )["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    status: dict[str, Any] = {}
-    deadline = time.monotonic() + RUN_SECONDS * 2
-    while time.monotonic() < deadline:
-        status = dagster.gql(BACKFILL_STATUS, id=launched["backfillId"])["partitionBackfillOrError"]
-        if status["status"] not in ("REQUESTED",):
-            break
-        time.sleep(2)
+    status = materialize_all(dagster, keys)
     assert status["status"] == "COMPLETED_SUCCESS", (status, dagster.log_tail())
     assert len(status["runs"]) == len(keys)
     for run in status["runs"]:
