@@ -18,7 +18,8 @@ from typing import Any
 
 import dagster as dg
 
-from assets.datasets import GROUP, markdown_table, standing
+from assets.check_steps import markdown_table, standing
+from assets.datasets import GROUP
 from assets.partitions import dataset_versions
 from assets.reporting import VersionResult, metadata_values, report_check, report_materializations
 from assets.resources import MarketplaceResource

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -242,24 +242,8 @@ def adopt_jobs(
         why = verdicts[holder]
         if why is None:
             continue  # a live run (its lease decides, `expire_leases`)
-        if holder in parents:
-            values = {
-                "status": VALIDATING,
-                "claimed_by": claim,
-                "lease_expires_at": utcnow() + timedelta(seconds=lease_seconds),
-                "reason": None,
-            }
-            target = adopted
-        else:
-            values = {
-                "status": QUEUED,
-                "claimed_by": None,
-                "lease_expires_at": None,
-                "reason": f"the run holding it ({holder}) ended ({why}) before finishing it; "
-                "queued again",
-                "expired_claims": strikes + (why == "failed"),
-            }
-            target = requeued
+        values = _handover(holder, why, claim, lease_seconds, strikes, adopt=holder in parents)
+        target = adopted if holder in parents else requeued
         with db.session() as session:
             moved = session.execute(
                 update(Contribution)
@@ -277,6 +261,26 @@ def adopt_jobs(
             len(requeued),
         )
     return AdoptedJobs(adopted, requeued)
+
+
+def _handover(
+    holder: str, why: str, claim: str, lease_seconds: int, strikes: int, *, adopt: bool
+) -> dict[str, Any]:
+    """The new values of a job an ended run held: this run's (adopted), else queued again."""
+    if adopt:
+        return {
+            "status": VALIDATING,
+            "claimed_by": claim,
+            "lease_expires_at": utcnow() + timedelta(seconds=lease_seconds),
+            "reason": None,
+        }
+    return {
+        "status": QUEUED,
+        "claimed_by": None,
+        "lease_expires_at": None,
+        "reason": f"the run holding it ({holder}) ended ({why}) before finishing it; queued again",
+        "expired_claims": strikes + (why == "failed"),
+    }
 
 
 def fence(

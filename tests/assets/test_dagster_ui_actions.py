@@ -193,6 +193,8 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
         "MARKETPLACE_DATA_DIR": str(settings.marketplace_data_dir),
         "DATABASE_URL": settings.resolved_database_url,
         "EVALUATION_DEBOUNCE_WINDOW_SECONDS": str(365 * 24 * 3600),
+        # Not what these tests are about, and the slowest step of a run (tests/checks cover it).
+        "ENABLE_PII_DETECTION": "false",
         "PYTHONUNBUFFERED": "1",
     }
     port = free_port()
@@ -243,6 +245,29 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
             return
         time.sleep(0.2)
     pytest.fail(f"timed out waiting for {what}")
+
+
+def materialize_all(dagster: Dagster, keys: list[str]) -> dict[str, Any]:
+    """What the UI's "Materialize all" sends: an asset backfill of every asset and partition;
+    the backfill once it is no longer in progress."""
+    launched = dagster.gql(
+        BACKFILL,
+        params={
+            "assetSelection": [{"path": [a]} for a in ASSETS],
+            "partitionNames": keys,
+            "fromFailure": False,
+            "tags": [],
+        },
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    status: dict[str, Any] = {}
+    deadline = time.monotonic() + RUN_SECONDS * 2
+    while time.monotonic() < deadline:
+        status = dagster.gql(BACKFILL_STATUS, id=launched["backfillId"])["partitionBackfillOrError"]
+        if status["status"] != "REQUESTED":
+            break
+        time.sleep(2)
+    return status
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster-processes")]
@@ -301,23 +326,7 @@ def test_ui_launches_of_one_model_run_one_at_a_time_and_pay_once_then_materializ
     assert entries(shown)["score"]["floatValue"] > 0  # the version keeps its figures
 
     # "Materialize all": every partition of every asset, as an asset backfill.
-    launched = dagster.gql(
-        BACKFILL,
-        params={
-            "assetSelection": [{"path": [a]} for a in ASSETS],
-            "partitionNames": keys,
-            "fromFailure": False,
-            "tags": [],
-        },
-    )["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    status: dict[str, Any] = {}
-    deadline = time.monotonic() + RUN_SECONDS * 2
-    while time.monotonic() < deadline:
-        status = dagster.gql(BACKFILL_STATUS, id=launched["backfillId"])["partitionBackfillOrError"]
-        if status["status"] not in ("REQUESTED",):
-            break
-        time.sleep(2)
+    status = materialize_all(dagster, keys)
     assert status["status"] == "COMPLETED_SUCCESS", (status, dagster.log_tail())
     assert len(status["runs"]) == len(keys)
     for run in status["runs"]:
@@ -333,7 +342,7 @@ def test_a_canceled_runs_reexecution_checks_the_version_for_real(dagster: Dagste
     db, store = dagster.db, dagster.store
     _, bench = add_benchmark(db, store, model_id=model)
     job_id, version = contribute(
-        db, store, churn_rows(3000, seed=77), model_id=model, with_manifest=manifest(WALLET_A)
+        db, store, churn_rows(1000, seed=77), model_id=model, with_manifest=manifest(WALLET_A)
     )
     keys = [partition_key(model, v) for v in (bench, version)]
     dagster.add_partitions(keys)
