@@ -19,6 +19,7 @@ never paid.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,11 +129,16 @@ def compare(reference: BatchValuation, surrogate: BatchValuation) -> tuple[float
 
 
 def measure(
-    estimators: dict[str, str], sizes: list[int], seeds: int, engine: Any, only: str = ""
+    estimators: dict[str, str],
+    sizes: list[int],
+    seeds: int,
+    engine: Any,
+    only: str = "",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (data set, batch size): scenarios paid, worst and median error, Spearman.
 
-    `only`: comma-separated data set names (default: all)."""
+    `only`: comma-separated data set names (default: all); `on_row` sees each row when done."""
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
     table = []
@@ -176,4 +182,6 @@ def measure(
                     "within_5pct": sum(e <= 5.0 for e in errors),
                 }
             )
+            if on_row is not None:
+                on_row(table[-1])
     return table
