@@ -178,12 +178,16 @@ def _matching(
     scale = accepted.rows / max(1, benchmark.rows)
     sample = max(1, benchmark.sample_rows)
     matched = match_rows(keys, tier_keys)
-    for tier, summary in enumerate(benchmark.tiers):
+    # Finest tier first: rows a finer tier already found to be copies do not make a coarser
+    # tier's chance coincidences among the other rows look like copies too (a contribution
+    # half copied and half honest keeps its honest half).
+    order = sorted(range(len(benchmark.tiers)), key=lambda t: benchmark.tiers[t].chance_rate)
+    for tier in order:
         # Laplace's rule of succession: a rate measured as 0 on a sample is not quite 0.
-        measured = (summary.chance_rate * sample + 1) / (sample + 2)
+        measured = (benchmark.tiers[tier].chance_rate * sample + 1) / (sample + 2)
         chance = min(1.0, measured * scale)
-        hits = matched[tier]
-        if hits.sum() > chance_allowance(keys.rows, chance, 0.0):
+        hits = matched[tier] & ~known
+        if hits.sum() > chance_allowance(int((~known).sum()), chance, 0.0):
             known |= hits
     return known
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 import yaml
 from sqlalchemy import func, select
@@ -187,6 +188,10 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
     config["run_coordinator"]["config"] = {"dequeue_interval_seconds": 1}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    # The instance's SQLite storage is created here, once: a webserver and a daemon started
+    # together on an empty DAGSTER_HOME race to migrate it (alembic CommandError).
+    with dg.DagsterInstance.from_config(str(home)):
+        pass
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),

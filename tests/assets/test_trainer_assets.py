@@ -93,7 +93,9 @@ def test_failing_trainer_fails_the_step_with_its_reason_and_stderr(
     result = materialize(settings, instance, model_id, [bench, version])
 
     assert not result.success
-    [failure] = [e for e in result.all_events if e.is_step_failure and e.step_key == "evaluation"]
+    [failure] = [
+        e for e in result.all_events if e.is_step_failure and e.step_key == "evaluation_and_rewards"
+    ]
     description = failure.step_failure_data.user_failure_data.description or ""
     assert "the training code raised ValueError: my secret feature engineering broke" in description
     assert "last lines of the trainer's stderr" in description and "Traceback" in description

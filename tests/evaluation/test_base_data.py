@@ -140,7 +140,7 @@ def test_rows_already_in_the_base_data_earn_nothing(
     test_rows = benchmark_eval_rows(pd.DataFrame(rows), "test").to_dict("records")
     leaked, version = contribute(db, store, test_rows[:200], user="carol")
     run_pipeline(svc, version)
-    assert (job(db, leaked).reason or "").startswith("benchmark leakage")
+    assert (job(db, leaked).reason or "").startswith("contains rows of the model's benchmark")
 
 
 def test_a_new_benchmark_version_replaces_the_base_data(
