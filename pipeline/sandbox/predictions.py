@@ -42,17 +42,7 @@ def _no_missing(values: np.ndarray, what: str) -> None:
 
 def check_labels(output: TrainerOutput, rows: int, y_true: np.ndarray) -> np.ndarray:
     """Class labels, one per row, of the benchmark labels' kind (numbers or text)."""
-    values = output.values
-    if values.ndim == 2 and values.shape[1] == 1:
-        values = values[:, 0]
-    _length(values, rows)
-    if values.ndim != 1 or values.dtype.kind not in LABEL_KINDS:
-        raise _wrong(
-            "predictions of the wrong type",
-            f"predicted labels must be one number or text per row, got {values.dtype} "
-            f"of shape {values.shape}",
-        )
-    _no_missing(values, "predicted labels")
+    values = _one_per_row(output, rows, LABEL_KINDS, "predicted labels", "number or text")
     _same_kind(values, y_true, "predicted labels")
     return np.array(values)
 
@@ -71,18 +61,24 @@ def _same_kind(labels: np.ndarray, y_true: np.ndarray, what: str) -> None:
 
 def check_values(output: TrainerOutput, rows: int) -> np.ndarray:
     """Regression values: one finite number per row."""
+    values = _one_per_row(output, rows, NUMBER_KINDS, "predicted values", "number")
+    return np.array(values, dtype="float64")
+
+
+def _one_per_row(output: TrainerOutput, rows: int, kinds: str, what: str, each: str) -> np.ndarray:
+    """The output as one value per row (a single column counts), of one of `kinds`, none
+    missing."""
     values = output.values
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]
     _length(values, rows)
-    if values.ndim != 1 or values.dtype.kind not in NUMBER_KINDS:
+    if values.ndim != 1 or values.dtype.kind not in kinds:
         raise _wrong(
             "predictions of the wrong type",
-            f"predicted values must be one number per row, got {values.dtype} "
-            f"of shape {values.shape}",
+            f"{what} must be one {each} per row, got {values.dtype} of shape {values.shape}",
         )
-    _no_missing(values, "predicted values")
-    return np.array(values, dtype="float64")
+    _no_missing(values, what)
+    return values
 
 
 def check_probabilities(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,25 +96,6 @@ def test_a_trainer_definition_without_its_folder_is_refused(db: Database) -> Non
     definition = parse_definition(trainer_definition())
     with db.session() as session, pytest.raises(InvalidInput, match="models add DIR"):
         register_model(session, definition)
-
-
-@pytest.fixture
-def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Iterator[Any]:
-    from cli.main import main
-    from pipeline.core.config import get_settings
-
-    monkeypatch.setenv("MARKETPLACE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DATABASE_URL", settings.resolved_database_url)
-    get_settings.cache_clear()
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    yield run
-    get_settings.cache_clear()
 
 
 def test_models_add_dir_stores_the_folder_and_views_show_it(
