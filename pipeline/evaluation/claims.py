@@ -28,7 +28,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import exists, select
+from sqlalchemy import ColumnElement, exists, select
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.core.errors import InvalidInput
@@ -185,35 +185,32 @@ def _open_external_jobs(svc: Services, model_id: int, up_to: int) -> None:
             )
 
 
-def _held(svc: Services, model_id: int, claim: str) -> list[VersionItem]:
-    """Jobs this claim already holds while `validating` (adopted from a re-executed run)."""
+def _jobs(
+    svc: Services, model_id: int, *conditions: ColumnElement[bool]
+) -> list[tuple[str, DatasetVersion]]:
+    """The model's contributions that meet `conditions`, with their versions, oldest first."""
     with svc.db.session() as session:
         rows = session.execute(
             select(Contribution.id, DatasetVersion)
             .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
-            .where(
-                Contribution.model_id == model_id,
-                Contribution.claimed_by == claim,
-                Contribution.status == VALIDATING,
-            )
+            .where(Contribution.model_id == model_id, *conditions)
+            .order_by(DatasetVersion.version_number)
         ).all()
+    return [(job_id, dv) for job_id, dv in rows]
+
+
+def _held(svc: Services, model_id: int, claim: str) -> list[VersionItem]:
+    """Jobs this claim already holds while `validating` (adopted from a re-executed run)."""
+    rows = _jobs(svc, model_id, Contribution.claimed_by == claim, Contribution.status == VALIDATING)
     return [version_item(dv, contribution_id=job_id) for job_id, dv in rows]
 
 
 def _claim_contributions(
     svc: Services, model_id: int, up_to: int, claim: str, lease: timedelta
 ) -> list[VersionItem]:
-    with svc.db.session() as session:
-        rows = session.execute(
-            select(Contribution.id, DatasetVersion)
-            .join(DatasetVersion, Contribution.dataset_version_id == DatasetVersion.id)
-            .where(
-                Contribution.model_id == model_id,
-                Contribution.status == QUEUED,
-                DatasetVersion.version_number <= up_to,
-            )
-            .order_by(DatasetVersion.version_number)
-        ).all()
+    rows = _jobs(
+        svc, model_id, Contribution.status == QUEUED, DatasetVersion.version_number <= up_to
+    )
     claimed = []
     for job_id, dv in rows:
         if transition(
