@@ -24,12 +24,10 @@ from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
 from pipeline.models.registry import (
-    ModelFolder,
     ModelOwner,
     find_model,
     list_models,
-    load_definition,
-    load_model_folder,
+    load_model_path,
     model_owner,
     model_recipe,
     register_model_folder,
@@ -76,7 +74,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     settings = _settings()
     prepare_store(settings)
     path = Path(args.file)
-    folder = load_model_folder(path) if path.is_dir() else ModelFolder(load_definition(path))
+    folder = load_model_path(path)
     definition = folder.definition
     with Services(settings) as services, services.db.session() as session:
         owner = _owner_from_args(session, args.owner_user, args.owner_org)
