@@ -17,11 +17,11 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
 only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs (capped at the file-size limit), the rest read-only. The environment
-is the launcher's, built from nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap
-variables). The data folder, the repository, /etc and /home are not there. The box is on the
-service's disk (in Kubernetes, the shared volume): each file is capped by the file-size limit,
-not their number.
+/tmp is an empty tmpfs (capped at the file-size limit; a Python install under /tmp is bound
+read-only on top of it), the rest read-only. The environment is the launcher's, built from
+nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap variables). The data folder, the
+repository, /etc and /home are not there. The box is on the service's disk (in Kubernetes,
+the shared volume): each file is capped by the file-size limit, not their number.
 """
 
 from __future__ import annotations
@@ -149,16 +149,18 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
+        # /tmp lives in memory: its size is capped like a file. Mounted before the binds, so a
+        # Python install under /tmp (a virtualenv made there, a test's linked `.venv`) is bound
+        # on top of it instead of hidden under it.
+        "--size",
+        str(tmp_bytes),
+        "--tmpfs",
+        "/tmp",
         *_ro_binds(executable, site_dirs),
         "--proc",
         "/proc",
         "--dev",
         "/dev",
-        # /tmp lives in memory: its size is capped like a file.
-        "--size",
-        str(tmp_bytes),
-        "--tmpfs",
-        "/tmp",
         "--bind",
         str(box),
         str(box),
