@@ -18,6 +18,7 @@ from cli.devmode import (
     dev_banner,
     dev_settings_environment,
     quiet_dagster_environment,
+    sandbox_warning,
 )
 from cli.processes import SupervisedTree, serve_app, serve_workers, signals_noted
 from pipeline.auth.orgs import find_org
@@ -302,6 +303,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     for problem in weak_secrets(settings):
         # `serve` refuses these; dev serves one person, on loopback by default.
         print(f"marketplace dev: warning: {problem} (`marketplace serve` refuses it)", flush=True)
+    sandbox = sandbox_warning(settings)
+    if sandbox is not None:
+        print(sandbox, flush=True)
     print(
         f"marketplace dev: starting the API on :{args.port} and Dagster on :{args.dagster_port} "
         f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",
