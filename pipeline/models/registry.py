@@ -354,12 +354,11 @@ def seed_demo_models(db: Database, store: ObjectStore, owner_user_id: str = "adm
     Returns them, or nothing when models exist; a first demo model left without an owner (a
     store from before owners existed) is given to the admin user.
     """
-    folders = [demo_model(name) for name in DEMO_MODELS]
     return _seed_empty_store(
         db,
         owner_user_id,
         lambda session, owner: [
-            register_model_folder(session, store, folder, owner) for folder in folders
+            register_model_folder(session, store, demo_model(name), owner) for name in DEMO_MODELS
         ],
     )
 
