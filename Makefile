@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean
+.PHONY: run test lint install bubblewrap clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -12,9 +12,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) bubblewrap
 
-run: $(STAMP)
+# The sandbox of a model's own training code (the demo's loan-default) needs bubblewrap:
+# installed from Debian's package where apt-get is there and we are root (or sudo needs no
+# password); otherwise one line says so, and `marketplace dev` warns again (docs/sandbox.md).
+BWRAP_HINT := bubblewrap (bwrap) is not installed: evaluations of the loan-default demo model \
+	will fail until it is; install it (Debian/Ubuntu: sudo apt-get install bubblewrap), see \
+	docs/sandbox.md
+bubblewrap:
+	@if command -v bwrap >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then echo "make: $(BWRAP_HINT)"; \
+	else \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+		else echo "make: $(BWRAP_HINT)"; exit 0; fi; \
+		echo "make: installing bubblewrap (the sandbox of models' own training code)"; \
+		$$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 \
+		|| { $$sudo apt-get update -qq >/dev/null 2>&1 \
+			&& $$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1; } \
+		|| echo "make: apt-get could not install it; $(BWRAP_HINT)"; \
+	fi
+
+run: $(STAMP) bubblewrap
 	$(BIN)/marketplace dev
 
 test: $(STAMP)

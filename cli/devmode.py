@@ -5,6 +5,8 @@
   the spec's 300 s and 30 s). An environment variable or `--debounce-seconds` wins.
 - Only what an operator needs is printed: warnings and errors, one line per pipeline step of
   a run, and the banner; no request log, no Dagster DEBUG events, no library chatter.
+- Where owner code cannot be sandboxed (no bubblewrap), one warning says so at start, before
+  the demo's loan-default model fails its first evaluation.
 - Once the API and the Dagster UI answer, one screen tells where they are, how to get an admin
   token and how to try the demo (the README's "Quick start").
 """
@@ -52,6 +54,24 @@ def dev_settings_environment(
     if POLL_VARIABLE not in environ:
         values[POLL_VARIABLE] = str(DEV_ARRIVAL_POLL_SECONDS)
     return values
+
+
+def sandbox_warning(settings: Settings) -> str | None:
+    """The start-up warning where owner code cannot be sandboxed here (no bubblewrap, or one
+    that cannot make its namespaces): the demo's loan-default would then never be evaluated."""
+    from pipeline.sandbox.runs import isolation_problem
+
+    if settings.trainer_pipes_client != "subprocess":
+        return None  # each run is a Kubernetes pod: the pod is the sandbox
+    problem = isolation_problem(settings.trainer_isolation)
+    if problem is None:
+        return None
+    return (
+        f"marketplace dev: warning: {problem}: evaluations of models trained by their owner's "
+        "code (the demo's loan-default) will fail with this reason and give their "
+        "contributions back; install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) "
+        "or see docs/sandbox.md"
+    )
 
 
 def quiet_dagster_environment(env: dict[str, str]) -> None:

@@ -18,18 +18,17 @@ from cli.devmode import (
     dev_banner,
     dev_settings_environment,
     quiet_dagster_environment,
+    sandbox_warning,
 )
 from cli.processes import SupervisedTree, serve_app, serve_workers, signals_noted
 from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
 from pipeline.models.registry import (
-    ModelFolder,
     ModelOwner,
     find_model,
     list_models,
-    load_definition,
-    load_model_folder,
+    load_model_path,
     model_owner,
     model_recipe,
     register_model_folder,
@@ -76,7 +75,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     settings = _settings()
     prepare_store(settings)
     path = Path(args.file)
-    folder = load_model_folder(path) if path.is_dir() else ModelFolder(load_definition(path))
+    folder = load_model_path(path)
     definition = folder.definition
     with Services(settings) as services, services.db.session() as session:
         owner = _owner_from_args(session, args.owner_user, args.owner_org)
@@ -304,6 +303,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     for problem in weak_secrets(settings):
         # `serve` refuses these; dev serves one person, on loopback by default.
         print(f"marketplace dev: warning: {problem} (`marketplace serve` refuses it)", flush=True)
+    sandbox = sandbox_warning(settings)
+    if sandbox is not None:
+        print(sandbox, flush=True)
     print(
         f"marketplace dev: starting the API on :{args.port} and Dagster on :{args.dagster_port} "
         f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",

@@ -112,7 +112,8 @@ def prepare_store(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url)
     with Services(settings) as services:
-        for model in seed_demo_models(services.db, owner_user_id=settings.admin_user_id):
+        demo = seed_demo_models(services.db, services.store, settings.admin_user_id)
+        for model in demo:
             log.info("registered demo model %s as id %s", model.name, model.id)
 
 

@@ -1,1 +1,6 @@
-"""The demo `customer-churn` model (definition, synthetic rows) and the demo files made for it."""
+"""The demo models (`customer-churn`, a definition file; `loan-default`, an owner's folder with
+its training code) and the demo files made for them."""
+
+from pathlib import Path
+
+DEMO_DIR = Path(__file__).resolve().parent

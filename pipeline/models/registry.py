@@ -8,9 +8,8 @@ check; docs/ownership.md states the rule.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +22,7 @@ from pipeline.auth.orgs import Role
 from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
+from pipeline.demo import DEMO_DIR
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
 from pipeline.models.recipe_checks import check_recipe
@@ -38,9 +38,11 @@ if TYPE_CHECKING:
     from pipeline.store.objectstore import ObjectStore
 
 DEMO_MODEL_FILE = "customer_churn.json"
-# The demo models `prepare_store` registers in an empty store, in order (ids 1, 2): files in
-# `pipeline/demo`. The second is an owner's folder, so that it can carry the owner's own code.
-DEMO_MODEL_FILES = (DEMO_MODEL_FILE, "loan_default/model.json")
+# The demo models `prepare_store` registers in an empty store, in order (ids 1, 2), as
+# `marketplace models add` would: a definition file and an owner's folder (its model.json and
+# train.py) in `pipeline/demo`.
+DEMO_LOAN_FOLDER = "loan_default"
+DEMO_MODELS = (DEMO_MODEL_FILE, DEMO_LOAN_FOLDER)
 
 
 class EstimatorChoice(BaseModel):
@@ -174,10 +176,20 @@ def load_model_folder(folder: Path) -> ModelFolder:
     return ModelFolder(definition, archive, sha256)
 
 
-def demo_definition(filename: str = DEMO_MODEL_FILE) -> ModelDefinition:
-    """A demo model's definition (`DEMO_MODEL_FILES`); the first demo model by default."""
-    text = resources.files("pipeline.demo").joinpath(filename).read_text()
-    return parse_definition(json.loads(text))
+def load_model_path(path: Path) -> ModelFolder:
+    """What `marketplace models add FILE_OR_DIR` registers: a folder (`load_model_folder`) or a
+    definition file alone."""
+    return load_model_folder(path) if path.is_dir() else ModelFolder(load_definition(path))
+
+
+def demo_model(name: str) -> ModelFolder:
+    """A demo model (`DEMO_MODELS`), loaded as `marketplace models add` loads it."""
+    return load_model_path(DEMO_DIR / name)
+
+
+def demo_definition(name: str = DEMO_MODEL_FILE) -> ModelDefinition:
+    """A demo model's definition (`DEMO_MODELS`); the first demo model by default."""
+    return demo_model(name).definition
 
 
 @dataclass(frozen=True)
@@ -326,24 +338,43 @@ def list_models(session: Session) -> list[Model]:
 
 
 def seed_demo_model(db: Database, owner_user_id: str = "admin") -> Model | None:
-    """Register the first demo model (`customer-churn`) alone; see `seed_demo_models`."""
-    models = seed_demo_models(db, owner_user_id, files=DEMO_MODEL_FILES[:1])
+    """Register the first demo model (`customer-churn`, a definition file: no code to store)
+    alone; see `seed_demo_models`."""
+    definition = demo_definition()
+    models = _seed_empty_store(
+        db, owner_user_id, lambda session, owner: [register_model(session, definition, owner)]
+    )
     return models[0] if models else None
 
 
-def seed_demo_models(
-    db: Database, owner_user_id: str = "admin", *, files: Sequence[str] = DEMO_MODEL_FILES
-) -> list[Model]:
-    """Register the demo models, owned by the admin user, in an empty store.
+def seed_demo_models(db: Database, store: ObjectStore, owner_user_id: str = "admin") -> list[Model]:
+    """Register the demo models (`DEMO_MODELS`), owned by the admin user, in an empty store, as
+    `marketplace models add` does: the loan model's folder is packed and stored by its hash.
 
     Returns them, or nothing when models exist; a first demo model left without an owner (a
     store from before owners existed) is given to the admin user.
     """
+    return _seed_empty_store(
+        db,
+        owner_user_id,
+        lambda session, owner: [
+            register_model_folder(session, store, demo_model(name), owner) for name in DEMO_MODELS
+        ],
+    )
+
+
+def _seed_empty_store(
+    db: Database,
+    owner_user_id: str,
+    register: Callable[[Session, ModelOwner], list[Model]],
+) -> list[Model]:
+    """`register`'s models in an empty store; else the ownerless first demo model given to
+    `owner_user_id`, and nothing registered."""
     with db.session() as session:
         if session.scalar(select(func.count()).select_from(Model)):
             demo = session.scalar(
                 select(Model).where(
-                    Model.name == demo_definition(files[0]).name,
+                    Model.name == demo_definition().name,
                     Model.owner_user_id.is_(None),
                     Model.owner_org_id.is_(None),
                 )
@@ -351,8 +382,7 @@ def seed_demo_models(
             if demo is not None:
                 set_model_owner(demo, ModelOwner(user_id=owner_user_id))
             return []
-        owner = ModelOwner(user_id=owner_user_id)
-        return [register_model(session, demo_definition(name), owner) for name in files]
+        return register(session, ModelOwner(user_id=owner_user_id))
 
 
 def allocate_version(db: Database, model_id: int) -> tuple[int, str]:

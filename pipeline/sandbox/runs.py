@@ -17,11 +17,11 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
 only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs (capped at the file-size limit), the rest read-only. The environment
-is the launcher's, built from nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap
-variables). The data folder, the repository, /etc and /home are not there. The box is on the
-service's disk (in Kubernetes, the shared volume): each file is capped by the file-size limit,
-not their number.
+/tmp is an empty tmpfs (capped at the file-size limit; a Python install under /tmp is bound
+read-only on top of it), the rest read-only. The environment is the launcher's, built from
+nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap variables). The data folder, the
+repository, /etc and /home are not there. The box is on the service's disk (in Kubernetes,
+the shared volume): each file is capped by the file-size limit, not their number.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import site
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "launcher.py"
 HARNESS = HERE / "harness.py"
+# The reason an evaluation of owner code fails with where bubblewrap is not installed.
+BWRAP_MISSING = "bubblewrap (bwrap) is not installed"
 RUN_PREFIX = "mk-trainer-"
 # The bootstrap variables a Pipes client sets for the child; nothing else of the service's
 # environment reaches the sandbox.
@@ -116,10 +119,33 @@ def require_isolation(isolation: str) -> None:
     """SandboxUnavailable unless owner code can run with the configured isolation."""
     if isolation != "none" and bwrap_path() is None:
         raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed: owner code is not run without a sandbox "
+            f"{BWRAP_MISSING}: owner code is not run without a sandbox "
             "(install bubblewrap, or set TRAINER_ISOLATION=none where the host is isolated "
             "otherwise; docs/sandbox.md)"
         )
+
+
+def isolation_problem(isolation: str) -> str | None:
+    """Why owner code cannot be sandboxed on this host, or None: bubblewrap missing, or unable
+    to make its namespaces (an unprivileged container). Starts bwrap once, so a start-up check
+    (`marketplace dev`) can say it before the first evaluation fails."""
+    if isolation == "none":
+        return None
+    bwrap = bwrap_path()
+    if bwrap is None:
+        return BWRAP_MISSING
+    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"]
+    try:
+        done = subprocess.run(
+            probe, env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap (bwrap) could not be started: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        why = said[-1] if said else f"exit code {done.returncode}"
+        return f"bubblewrap (bwrap) cannot make its sandbox here: {why}"
+    return None
 
 
 def _ro_binds(executable: str, site_dirs: Sequence[str]) -> list[str]:
@@ -149,16 +175,18 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
+        # /tmp lives in memory: its size is capped like a file. Mounted before the binds, so a
+        # Python install under /tmp (a virtualenv made there, a test's linked `.venv`) is bound
+        # on top of it instead of hidden under it.
+        "--size",
+        str(tmp_bytes),
+        "--tmpfs",
+        "/tmp",
         *_ro_binds(executable, site_dirs),
         "--proc",
         "/proc",
         "--dev",
         "/dev",
-        # /tmp lives in memory: its size is capped like a file.
-        "--size",
-        str(tmp_bytes),
-        "--tmpfs",
-        "/tmp",
         "--bind",
         str(box),
         str(box),

@@ -203,3 +203,55 @@ def test_banner_waits_until_every_service_answers() -> None:
     announce_when_ready(["ui"], "BANNER", timeout=0.2, answers=lambda _: False,
                         write=printed.append).join(10)  # fmt: skip
     assert printed[-1] == "marketplace dev: no answer from ui within 0.2 s"
+
+
+# --- owner code needs bubblewrap (issue 17 §4) ---------------------------------------------
+
+
+def test_dev_warns_at_start_where_bubblewrap_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.devmode import sandbox_warning
+    from pipeline.core.config import load_settings
+    from pipeline.sandbox.errors import SandboxUnavailable
+    from pipeline.sandbox.runs import BWRAP_MISSING, require_isolation
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    warning = sandbox_warning(load_settings())
+    assert warning is not None
+    assert warning.startswith(f"marketplace dev: warning: {BWRAP_MISSING}: ")
+    assert "loan-default" in warning and "apt-get install bubblewrap" in warning
+    # ... the very reason each evaluation of owner code then fails with.
+    with pytest.raises(SandboxUnavailable) as refused:
+        require_isolation("bwrap")
+    assert refused.value.summary.startswith(BWRAP_MISSING)
+    # An operator who isolates the host otherwise is not warned.
+    assert sandbox_warning(load_settings(trainer_isolation="none")) is None
+
+
+def test_dev_warns_where_bubblewrap_cannot_make_its_namespaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in an unprivileged container: bwrap is there, its namespaces are refused."""
+    from cli.devmode import sandbox_warning
+    from pipeline.core.config import load_settings
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    warning = sandbox_warning(load_settings())
+    assert warning is not None
+    assert "cannot make its sandbox here: bwrap: No permissions to create new namespace" in warning
+
+
+def test_dev_does_not_warn_where_the_sandbox_works() -> None:
+    from cli.devmode import sandbox_warning
+    from pipeline.core.config import load_settings
+    from pipeline.sandbox.runs import bwrap_path
+
+    if bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed")
+    assert sandbox_warning(load_settings()) is None

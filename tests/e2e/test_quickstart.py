@@ -12,7 +12,13 @@ bash session and compares each command's output with the README's, line by line:
   order; the status lines a job passes through on its way (`job …: queued …`, `validating`,
   `evaluating`) depend on timing and may be missing;
 - the README's addresses (`127.0.0.1:8000`, `:3000`) are replaced by the test's ports, and
-  `MARKETPLACE_URL` is set as the banner asks when the port is not 8000.
+  `MARKETPLACE_URL` is set as the banner asks when the port is not 8000;
+- the server runs with a 1 s debounce window and arrival poll instead of `marketplace dev`'s
+  10 s and 5 s (set the way the banner says, EVALUATION_DEBOUNCE_WINDOW_SECONDS and
+  ARRIVAL_POLL_INTERVAL_SECONDS), so each contribution waits seconds less; the banner's line
+  is compared with these, and a fast test compares the README's banner with the defaults;
+- Ctrl-C gives Dagster's processes 5 s (SHUTDOWN_GRACE_SECONDS) instead of 20 before they are
+  cut off: the test checks what is printed until then, not how gracefully Dagster stops.
 
 It also checks that the start is quiet: no Dagster DEBUG events, no request log, no warning
 about dagster.yaml or a superseded command.
@@ -38,6 +44,11 @@ README = ROOT / "README.md"
 START_TIMEOUT = 120
 STEPS_TIMEOUT = 480
 TIMING_DEPENDENT = re.compile(r"^job …: (queued|validating|evaluating)\b")
+# The waits of the run, shorter than `marketplace dev`'s defaults (DEV_DEBOUNCE_SECONDS and
+# DEV_ARRIVAL_POLL_SECONDS, which the README shows).
+TEST_DEBOUNCE_SECONDS = 1
+TEST_ARRIVAL_POLL_SECONDS = 1
+TEST_SHUTDOWN_GRACE_SECONDS = 5
 STEP_MARK = "@@quickstart-step {}@@"
 
 
@@ -127,6 +138,34 @@ def test_banner_demo_commands_are_the_quick_starts() -> None:
         assert f"$ {line.strip()}\n" in quick_start, line
 
 
+def test_readme_banners_waits_are_marketplace_devs_defaults() -> None:
+    """The README's banner says how soon evaluation starts with `marketplace dev`'s defaults
+    (the slow test runs with shorter ones: `with_test_waits`)."""
+    from cli.devmode import dev_banner, dev_settings_environment
+    from pipeline.core.config import load_settings
+
+    defaults = dev_settings_environment({}, None)
+    settings = load_settings(**{name.lower(): int(value) for name, value in defaults.items()})
+    banner = dev_banner(settings, host="127.0.0.1", port=8000, dagster_port=3000, environ={})
+    waits = [line for line in banner.splitlines() if "debounce" in line.lower()]
+    assert len(waits) == 3 and "10 s" in waits[0]
+    readme = readme_block("banner").splitlines()
+    for line in waits:
+        assert line in readme
+
+
+def with_test_waits(line: str) -> str:
+    """A README banner line as the test's server prints it (its shorter waits)."""
+    from cli.devmode import DEV_ARRIVAL_POLL_SECONDS, DEV_DEBOUNCE_SECONDS
+
+    return line.replace(
+        f"debounce window {DEV_DEBOUNCE_SECONDS} s, arrival sensor every "
+        f"{DEV_ARRIVAL_POLL_SECONDS} s",
+        f"debounce window {TEST_DEBOUNCE_SECONDS} s, arrival sensor every "
+        f"{TEST_ARRIVAL_POLL_SECONDS} s",
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -198,7 +237,12 @@ def test_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     (workdir / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
     api_port, dagster_port = free_port(), free_port()
     api_url = f"http://127.0.0.1:{api_port}"
-    env = clean_environment()
+    env = {
+        **clean_environment(),
+        "EVALUATION_DEBOUNCE_WINDOW_SECONDS": str(TEST_DEBOUNCE_SECONDS),
+        "ARRIVAL_POLL_INTERVAL_SECONDS": str(TEST_ARRIVAL_POLL_SECONDS),
+        "SHUTDOWN_GRACE_SECONDS": str(TEST_SHUTDOWN_GRACE_SECONDS),
+    }
     log = tmp_path / "dev.log"
     python = str(workdir / ".venv" / "bin" / "python")
     with log.open("wb") as out:
@@ -234,9 +278,9 @@ def test_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
 
     shown = log.read_text(errors="replace").splitlines()
     banner = [
-        line.replace("127.0.0.1:8000", f"127.0.0.1:{api_port}").replace(
-            "127.0.0.1:3000", f"127.0.0.1:{dagster_port}"
-        )
+        with_test_waits(line)
+        .replace("127.0.0.1:8000", f"127.0.0.1:{api_port}")
+        .replace("127.0.0.1:3000", f"127.0.0.1:{dagster_port}")
         for line in readme_block("banner").splitlines()
     ]
     problem = mismatch(banner, shown, None)

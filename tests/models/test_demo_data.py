@@ -27,8 +27,15 @@ from pipeline.demo.demo_data import (
 )
 from pipeline.evaluation.comparison import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
-from pipeline.models.registry import DEMO_MODEL_FILES, demo_definition, register_model
+from pipeline.models.registry import (
+    DEMO_LOAN_FOLDER,
+    ModelOwner,
+    demo_definition,
+    demo_model,
+    register_model_folder,
+)
 from pipeline.rewards.manifests import parse_manifest
+from pipeline.sandbox.runs import bwrap_path
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job, run_pipeline
 
@@ -146,14 +153,18 @@ def test_demo_data_passes_every_pipeline_check_and_is_rewarded(
     assert row.tokens is not None and row.tokens > 0
 
 
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
 def test_the_loan_demo_improves_the_owners_trained_model_by_a_few_percent(
     settings: Settings, db: Database
 ) -> None:
-    """The second demo model: its benchmark file brings the owner's base training data (split
-    `train`), so the demo contribution improves an already-trained model by a few percent."""
-    definition = demo_definition(DEMO_MODEL_FILES[1])
+    """The second demo model: the owner's folder, whose train.py runs in the sandbox, and a
+    benchmark file with the owner's base training data (split `train`), so the demo
+    contribution improves an already-trained model by a few percent."""
+    folder = demo_model(DEMO_LOAN_FOLDER)
+    definition = folder.definition
+    store = LocalObjectStore(settings.objects_dir)
     with db.session() as session:
-        model_id = register_model(session, definition).id
+        model_id = register_model_folder(session, store, folder, ModelOwner(user_id="admin")).id
     data = make_demo_data(
         DemoModel(definition.name, definition.task_type, definition.target_column,
                   definition.data_spec)
@@ -161,7 +172,6 @@ def test_the_loan_demo_improves_the_owners_trained_model_by_a_few_percent(
     splits = pd.Series([row["split"] for row in data.benchmark]).value_counts().to_dict()
     assert splits == {"test": 1500, "train": 500}
     assert data.columns[-1] == "split"
-    store = LocalObjectStore(settings.objects_dir)
     add_benchmark(db, store, data.benchmark, model_id=model_id, target_column="defaulted")
     job_id, version = contribute(
         db, store, data.contribution, model_id=model_id, with_manifest=data.manifest

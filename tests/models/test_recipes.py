@@ -23,8 +23,6 @@ from pipeline.core.tables import Model
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Preprocessing, Recipe, build_estimator
 from pipeline.models.registry import (
-    DEMO_MODEL_FILES,
-    demo_definition,
     model_recipe,
     parse_definition,
 )
@@ -151,11 +149,6 @@ def test_cli_models_add_names_a_bad_parameter_and_stores_nothing(
     assert status == 0, out
     status, out, _ = cli("models", "list")
     assert "hist_gradient_boosting_classifier(max_iter=30)" in out
-
-
-def test_the_second_demo_model_is_a_boosted_recipe() -> None:
-    recipe = demo_definition(DEMO_MODEL_FILES[1]).recipe()
-    assert recipe.estimator == "hist_gradient_boosting_classifier" and recipe.params
 
 
 # --- fits -------------------------------------------------------------------------------------

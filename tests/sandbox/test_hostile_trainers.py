@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.sandbox import runs
 from pipeline.sandbox.errors import SandboxUnavailable, TrainerFailed
 from pipeline.sandbox.runs import FIXED_ENV, bwrap_path
 from tests.conftest import PG_HOST, PG_PORT
@@ -268,6 +269,28 @@ def test_a_file_past_the_size_limit_fails_with_the_limit(tmp_path: Path) -> None
         """,
     )
     assert failure(folder).summary == f"file size limit of {LIMITS.file_size_mb} MB exceeded"
+
+
+def test_packages_installed_under_tmp_are_importable_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv under /tmp (a CI's, the quick-start test's linked `.venv`) is bound over
+    the sandbox's own empty /tmp, not hidden by it."""
+    site_dir = tmp_path / "venv-site-packages"
+    site_dir.mkdir()
+    (site_dir / "owner_helpers.py").write_text("ANSWER = 'from a site folder under /tmp'\n")
+    executable, site_dirs = runs.python_paths()
+    monkeypatch.setattr(runs, "python_paths", lambda: (executable, [*site_dirs, str(site_dir)]))
+    folder = write_folder(
+        tmp_path / "model",
+        """
+        import owner_helpers
+
+        def fit(train, target):
+            raise RuntimeError(owner_helpers.ANSWER)
+        """,
+    )
+    assert failure(folder).detail.endswith("RuntimeError: from a site folder under /tmp")
 
 
 def test_without_bubblewrap_owner_code_is_refused(
