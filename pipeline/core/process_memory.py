@@ -1,0 +1,59 @@
+"""An API process's memory allocators: set once, at start-up (`api.app.create_app`).
+
+A benchmark upload is profiled and fingerprinted by two threads at once
+(`pipeline.intake.streamed_fingerprints`), both allocating (Arrow buffers, NumPy arrays). glibc's
+malloc gives a thread that finds an arena locked an arena of its own (up to eight per core) and
+hands little of an arena's freed memory back, and Arrow's default pool (jemalloc) keeps freed
+pages for a while: measured (issue 19), the second thread raised the upload's peak RSS by 30 to
+60 MB. Two settings, both named as their library's own environment variable:
+
+- `MALLOC_ARENA_MAX` (default 2): glibc's arena limit, set with `mallopt(M_ARENA_MAX)`. It binds
+  the arenas created afterwards, so it is set before the first request; glibc itself reads the
+  variable only when the process starts. 0 keeps glibc's default. No effect off glibc.
+- `ARROW_DEFAULT_MEMORY_POOL` (default `system`): the pool Arrow allocates from; `system` is
+  malloc, so the arena limit holds for Arrow's buffers too. `jemalloc` and `mimalloc` are Arrow's
+  own pools (when the build has them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import platform
+import threading
+
+import pyarrow as pa
+
+from pipeline.core.config import Settings
+
+log = logging.getLogger(__name__)
+
+M_ARENA_MAX = -8  # glibc's malloc.h
+_POOLS = {
+    "system": pa.system_memory_pool,
+    "jemalloc": pa.jemalloc_memory_pool,
+    "mimalloc": pa.mimalloc_memory_pool,
+}
+_lock = threading.Lock()
+
+
+def configure_process_memory(settings: Settings) -> None:
+    """Apply the settings to this process (idempotent; later calls change what they name)."""
+    with _lock:
+        if settings.malloc_arena_max and _is_glibc():
+            libc = ctypes.CDLL(None)
+            if libc.mallopt(M_ARENA_MAX, settings.malloc_arena_max) != 1:
+                log.warning("mallopt(M_ARENA_MAX, %d) failed", settings.malloc_arena_max)
+        pool = settings.arrow_default_memory_pool
+        try:
+            pa.set_memory_pool(_POOLS[pool]())
+        except NotImplementedError:  # a pyarrow built without that allocator
+            log.warning("Arrow has no %s memory pool; keeping %s", pool, _current_pool())
+
+
+def _is_glibc() -> bool:
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+def _current_pool() -> str:
+    return str(pa.default_memory_pool().backend_name)
