@@ -109,6 +109,7 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: int = Field(default=20, ge=1)
     # Allocators of an API process (pipeline/core/process_memory.py); 0: glibc's default.
     malloc_arena_max: int = Field(default=2, ge=0, le=1024)
+    malloc_mmap_threshold_bytes: int = Field(default=256 * 1024, ge=0, le=32 * MB)
     arrow_default_memory_pool: Literal["system", "jemalloc", "mimalloc"] = "system"
 
     # Request limits.

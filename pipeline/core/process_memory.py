@@ -28,7 +28,8 @@ from pipeline.core.config import Settings
 
 log = logging.getLogger(__name__)
 
-M_ARENA_MAX = -8  # glibc's malloc.h
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+M_ARENA_MAX = -8
 _POOLS = {
     "system": pa.system_memory_pool,
     "jemalloc": pa.jemalloc_memory_pool,
@@ -40,15 +41,19 @@ _lock = threading.Lock()
 def configure_process_memory(settings: Settings) -> None:
     """Apply the settings to this process (idempotent; later calls change what they name)."""
     with _lock:
-        if settings.malloc_arena_max and _is_glibc():
-            libc = ctypes.CDLL(None)
-            if libc.mallopt(M_ARENA_MAX, settings.malloc_arena_max) != 1:
-                log.warning("mallopt(M_ARENA_MAX, %d) failed", settings.malloc_arena_max)
+        if _is_glibc():
+            _mallopt(M_ARENA_MAX, settings.malloc_arena_max)
+            _mallopt(M_MMAP_THRESHOLD, settings.malloc_mmap_threshold_bytes)
         pool = settings.arrow_default_memory_pool
         try:
             pa.set_memory_pool(_POOLS[pool]())
         except NotImplementedError:  # a pyarrow built without that allocator
             log.warning("Arrow has no %s memory pool; keeping %s", pool, _current_pool())
+
+
+def _mallopt(option: int, value: int) -> None:
+    if value and ctypes.CDLL(None).mallopt(option, value) != 1:
+        log.warning("mallopt(%d, %d) failed", option, value)
 
 
 def _is_glibc() -> bool:

@@ -85,10 +85,11 @@ class FingerprintJob:
     def result(self) -> FingerprintSummary:
         """Wait for the job: its summary, or the exception that ended it."""
         self.join()
+        if self._cancel.is_set() or (self._summary is None and self._error is None):
+            raise FingerprintCancelled("the fingerprint job was cancelled")
         if self._error is not None:
             raise self._error
-        if self._summary is None:
-            raise FingerprintCancelled("the fingerprint job was cancelled")
+        assert self._summary is not None
         return self._summary
 
     def _run(self) -> None:
