@@ -1,7 +1,8 @@
 """Benchmark dataset uploads (spec §4.3, §7, §8): form settings, content rules, PII, storage.
 
 The upload itself is received and profiled by `pipeline.intake.receiving`. An accepted file's rows
-are fingerprinted (`pipeline.checks.integrity`: contributions copying them are refused later), then
+are fingerprinted (`pipeline.checks.integrity`: contributions copying them are refused later),
+while it arrives when the form's fields came first (`pipeline.intake.streamed_fingerprints`), then
 it becomes the model's next dataset version (`pipeline.intake.versions`): the fingerprints go to
 `integrity/{model_id}/{version}/` and the object `datasets/{model_id}/{version}/{filename}` is
 written completely, then one transaction writes its DatasetVersion (kind "benchmark") and
