@@ -3,16 +3,23 @@
 A benchmark upload is profiled and fingerprinted by two threads at once
 (`pipeline.intake.streamed_fingerprints`), both allocating (Arrow buffers, NumPy arrays). glibc's
 malloc gives a thread that finds an arena locked an arena of its own (up to eight per core) and
-hands little of an arena's freed memory back, and Arrow's default pool (jemalloc) keeps freed
-pages for a while: measured (issue 19), the second thread raised the upload's peak RSS by 30 to
-60 MB. Two settings, both named as their library's own environment variable:
+hands little of an arena's freed memory back; Arrow's own pools keep freed pages too; and glibc's
+adaptive mmap threshold soon puts the 1 MiB read blocks on the heap, where freeing them does not
+lower the RSS. Measured on the 480 MiB upload of `bench/upload.py` (docs/benchmarks.md): 561 MB
+peak with glibc's defaults and Arrow's mimalloc pool, 384 MB with these settings (and `serve`'s
+seeding in a child process). Set once per API process, before its first request:
 
-- `MALLOC_ARENA_MAX` (default 2): glibc's arena limit, set with `mallopt(M_ARENA_MAX)`. It binds
-  the arenas created afterwards, so it is set before the first request; glibc itself reads the
-  variable only when the process starts. 0 keeps glibc's default. No effect off glibc.
+- `MALLOC_ARENA_MAX` (default 2): glibc's arena limit, `mallopt(M_ARENA_MAX)`. It binds the
+  arenas created afterwards (glibc reads the environment variable of that name only when a
+  process starts). 0 keeps glibc's default.
+- `MALLOC_MMAP_THRESHOLD_BYTES` (default 256 KiB): `mallopt(M_MMAP_THRESHOLD)`; blocks from this
+  size up are mapped and unmapped, so a freed read block leaves the RSS (about 1 CPU second of
+  page faults per 480 MiB upload). 0 keeps glibc's adaptive threshold.
 - `ARROW_DEFAULT_MEMORY_POOL` (default `system`): the pool Arrow allocates from; `system` is
-  malloc, so the arena limit holds for Arrow's buffers too. `jemalloc` and `mimalloc` are Arrow's
-  own pools (when the build has them).
+  malloc, so the settings above hold for Arrow's buffers too; `jemalloc` and `mimalloc` are
+  Arrow's own pools (when the build has them).
+
+The malloc settings have no effect off glibc.
 """
 
 from __future__ import annotations
