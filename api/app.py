@@ -25,6 +25,7 @@ from api.routes import (
 )
 from pipeline.bootstrap import Services, remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
+from pipeline.core.process_memory import configure_process_memory
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.
@@ -33,6 +34,8 @@ MULTIPART_OVERHEAD = 1024 * 1024
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # Before the first request's threads: an upload's two allocating threads (docs/api.md).
+    configure_process_memory(settings)
     # The composition root builds the parts (and sets the pipeline's log level).
     services = Services(settings)
     app = FastAPI(

@@ -10,7 +10,7 @@ as the file passes its limit, whatever the request's framing (Content-Length or 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,7 @@ class _FormCollector:
         self,
         file_field: str,
         text_fields: Collection[str],
-        on_file: Callable[[str | None], None],
+        on_file: Callable[[str | None, Mapping[str, str]], None],
         max_file_bytes: int,
     ) -> None:
         self.form = StreamedForm()
@@ -108,7 +108,7 @@ class _FormCollector:
             raw = options.get(b"filename")
             # The header arrives as bytes; browsers and curl send UTF-8 names.
             self.form.filename = raw.decode("utf-8", "replace") if raw is not None else None
-            self.on_file(self.form.filename)
+            self.on_file(self.form.filename, dict(self.form.fields))
             self._part = None
         elif name in self.text_fields:
             if name in self.form.fields:
@@ -158,14 +158,15 @@ async def read_streaming_form(
     file_field: str,
     text_fields: Collection[str],
     sink: Callable[[bytes], None],
-    on_file: Callable[[str | None], None] = lambda _: None,
+    on_file: Callable[[str | None, Mapping[str, str]], None] = lambda _name, _fields: None,
     max_file_bytes: int,
 ) -> StreamedForm:
     """Read the whole body: text fields returned, the file part's bytes written to `sink`.
 
     Raises InvalidInput (400) for a malformed body or an unexpected field, PayloadTooLarge
-    (413) as soon as the file passes `max_file_bytes`. `on_file(filename)` is called when the
-    file part starts. When this returns or raises, no `sink` call is running any more.
+    (413) as soon as the file passes `max_file_bytes`. `on_file(filename, fields)` is called
+    when the file part starts, with the text fields sent before it. When this returns or
+    raises, no `sink` call is running any more.
     """
     collector = _FormCollector(file_field, text_fields, on_file, max_file_bytes)
     try:

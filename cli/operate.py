@@ -213,17 +213,42 @@ def serve_problems(settings: Settings, workers: int) -> list[str]:
     return problems
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    # alembic, pyarrow and numpy: ~0.2 s
+def prepare_store_apart(settings: Settings) -> bool:
+    """`prepare_store` in a child process; False when it failed (its error is on stderr).
+
+    Registering the demo models checks their recipes against scikit-learn, which imports it and
+    SciPy: about 100 MB that an API process never uses again and would keep, a quarter of an
+    upload's memory budget (docs/api.md, "Benchmark upload while the bytes arrive").
+    """
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(
+        target=_prepare_store_logged, args=(settings,), name="prepare-store"
+    )
+    child.start()
+    child.join()
+    return child.exitcode == 0
+
+
+def _prepare_store_logged(settings: Settings) -> None:
+    import logging
+
     from pipeline.bootstrap import prepare_store
 
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    prepare_store(settings)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings()
     problems = serve_problems(settings, args.workers)
     if problems:
         for problem in problems:
             print(f"marketplace serve: {problem}", file=sys.stderr)
         return 2
-    prepare_store(settings)
+    if not prepare_store_apart(settings):
+        print("marketplace serve: preparing the store failed (see above)", file=sys.stderr)
+        return 1
     if args.workers == 1:
         _serve_api(settings, args.host, args.port)
         return 0

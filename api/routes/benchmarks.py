@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -21,6 +22,7 @@ from pipeline.intake.uploads import (
     FORM_FIELDS,
     INPUT_COLUMNS_MAX_CHARS,
     accept_benchmark_upload,
+    early_fingerprint_plan,
     load_upload_target,
 )
 from pipeline.store.objectstore import ObjectStore
@@ -144,8 +146,13 @@ async def upload_benchmark(
         pii=settings,
     )
 
-    def on_file(filename: str | None) -> None:
+    def on_file(filename: str | None, fields: Mapping[str, str]) -> None:
         intake.filename = filename
+        # Fields sent before the file (as browsers and the CLI send them): fingerprint it
+        # while it arrives.
+        plan = early_fingerprint_plan(fields, target.task_type)
+        if plan is not None:
+            intake.plan_fingerprints(plan)
 
     try:
         form = await read_streaming_form(

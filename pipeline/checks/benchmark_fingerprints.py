@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +32,6 @@ from pipeline.checks.fingerprint_files import (
     Fingerprints,
     FingerprintSummary,
     build_fingerprints,
-    fingerprint_file,
     open_fingerprints,
     read_footer,
 )
@@ -51,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "integrity"
+
+BatchSource = Callable[[], Iterator[pa.RecordBatch]]
 
 
 def benchmark_fingerprint_key(model_id: int, version: str) -> str:
@@ -73,34 +74,54 @@ def fingerprint_benchmark_file(
 
     With a `split` column, only the rows whose split is `eval_split` (module docstring).
     """
-    fingerprinted = fingerprint_columns(columns, target_column, input_columns)
-    classification = task_type == "classification"
-    if SPLIT_COLUMN not in columns:
-        return fingerprint_file(
-            path,
-            file_format,
-            columns=fingerprinted,
-            target=target_column,
-            classification=classification,
-            out=out,
-            tmp_root=tmp_root,
-        )
-    source = file_batches(path, file_format, [*fingerprinted, SPLIT_COLUMN])
+    return fingerprint_benchmark_batches(
+        lambda wanted: file_batches(path, file_format, wanted),
+        columns=columns,
+        target_column=target_column,
+        input_columns=input_columns,
+        task_type=task_type,
+        eval_split=eval_split,
+        out=out,
+        tmp_root=tmp_root,
+    )
 
-    def evaluation_rows() -> Iterator[pa.RecordBatch]:
+
+def fingerprint_benchmark_batches(
+    source: Callable[[Sequence[str]], BatchSource],
+    *,
+    columns: Sequence[str],
+    target_column: str,
+    input_columns: Sequence[str],
+    task_type: str,
+    eval_split: str,
+    out: Path,
+    tmp_root: Path,
+) -> FingerprintSummary:
+    """`fingerprint_benchmark_file` for any source: `source(wanted)` is a restartable stream of
+    the `wanted` columns of the benchmark's rows (`columns`: all its columns), in file order."""
+    fingerprinted = fingerprint_columns(columns, target_column, input_columns)
+    if SPLIT_COLUMN in columns:
+        batches = _evaluation_rows(source([*fingerprinted, SPLIT_COLUMN]), eval_split)
+    else:
+        batches = source(fingerprinted)
+    return build_fingerprints(
+        batches,
+        columns=fingerprinted,
+        target=target_column,
+        classification=task_type == "classification",
+        out=out,
+        tmp_root=tmp_root,
+    )
+
+
+def _evaluation_rows(source: BatchSource, eval_split: str) -> BatchSource:
+    def batches() -> Iterator[pa.RecordBatch]:
         for batch in source():
             split = pc.cast(batch.column(SPLIT_COLUMN), pa.string())
             kept = batch.filter(pc.equal(split, eval_split))
             yield kept.select([c for c in kept.schema.names if c != SPLIT_COLUMN])
 
-    return build_fingerprints(
-        evaluation_rows,
-        columns=fingerprinted,
-        target=target_column,
-        classification=classification,
-        out=out,
-        tmp_root=tmp_root,
-    )
+    return batches
 
 
 @dataclass(frozen=True)

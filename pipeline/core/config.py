@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     dagster_pg_url: str | None = None
     shutdown_grace_seconds: int = Field(default=20, ge=1)
+    # Allocators of an API process (pipeline/core/process_memory.py); 0: glibc's default.
+    malloc_arena_max: int = Field(default=2, ge=0, le=1024)
+    malloc_mmap_threshold_bytes: int = Field(default=256 * 1024, ge=0, le=32 * MB)
+    arrow_default_memory_pool: Literal["system", "jemalloc", "mimalloc"] = "system"
 
     # Request limits.
     contribution_max_body_bytes: int = Field(default=50 * MB, ge=1024)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,10 +228,13 @@ def profile_csv(stream: Any, head: CsvHead, pii: Settings | None) -> DatasetProf
 # Parquet.
 
 
-def profile_parquet(path: Path, pii: Settings | None) -> DatasetProfile:
+def profile_parquet(
+    path: Path, pii: Settings | None, *, on_checked: Callable[[list[str]], None] | None = None
+) -> DatasetProfile:
     """Profile a complete Parquet file without trusting its footer (`pipeline.store.bounded_read`).
 
-    The footer's claims are checked against the file first; then every row group is read in
+    The footer's claims are checked against the file first (then `on_checked(columns)` is
+    called: another reader may start); then every row group is read in
     bounded batches, so the row count is what the row groups really hold and emptiness is
     seen in the data, not in footer statistics. A file whose footer claims more rows or bytes
     than it holds, or that decodes beyond its budget, is Unprocessable (422); one pyarrow
@@ -256,6 +259,8 @@ def profile_parquet(path: Path, pii: Settings | None) -> DatasetProfile:
     rows = 0
     try:
         check_parquet_footer(metadata, size, budget)
+        if on_checked is not None:
+            on_checked(columns)
         for batch in iter_parquet_batches(parquet, size, budget):
             rows += batch.num_rows
             builder.add(batch, count_rows=False)

@@ -4,8 +4,10 @@ An upload is received into a temporary file (`DatasetIntake`); its format is sni
 first bytes and it is profiled by `pipeline.intake.profiles`. A CSV file is checked by a
 background thread that reads the bytes already written while the rest is still arriving, so the
 checks (the PII pre-filter of every text value among them) end soon after the last byte; a Parquet
-file is profiled once complete. The client's file
-name must not claim another format, and is made safe for the store (`stored_filename`).
+file is profiled once complete. A benchmark upload given a `FingerprintPlan` before its bytes is
+also fingerprinted by a second thread while it arrives (`pipeline.intake.streamed_fingerprints`).
+The client's file name must not claim another format, and is made safe for the store
+(`stored_filename`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import re
 import shutil
 import threading
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.checks.benchmark_fingerprints import BatchSource
 from pipeline.core.config import Settings
 from pipeline.core.errors import DomainError, InvalidInput, PayloadTooLarge
 from pipeline.core.tempfiles import locked_temp_dir
@@ -32,6 +36,12 @@ from pipeline.intake.profiles import (
     read_csv_head,
     sniff_format,
 )
+from pipeline.intake.streamed_fingerprints import (
+    FINGERPRINTS_FILENAME,
+    FingerprintJob,
+    FingerprintPlan,
+)
+from pipeline.store.dataset_batches import csv_batches, file_batches
 from pipeline.store.formats import (
     CSV,
     EXTENSIONS,
@@ -171,8 +181,9 @@ class DatasetIntake:
     """One upload's temp file: `write` chunks in order (from one thread), then `finish`.
 
     CSV is checked by a background thread while the bytes arrive; once a check fails, later
-    bytes are counted (for the size limit) but no longer kept. `close` always removes the
-    temp folder and stops the thread; use the intake as a context manager. `filename` (the
+    bytes are counted (for the size limit) but no longer kept. With `plan_fingerprints`, the
+    file is fingerprinted by a second thread (`fingerprint_job`). `close` always removes the
+    temp folder and stops the threads; use the intake as a context manager. `filename` (the
     client's name, if any) must match the content when it ends in .csv or .parquet.
     """
 
@@ -186,6 +197,8 @@ class DatasetIntake:
         self._failure: BaseException | None = None
         self._profile: DatasetProfile | None = None
         self._thread: threading.Thread | None = None
+        self._plan: FingerprintPlan | None = None
+        self.fingerprint_job: FingerprintJob | None = None
         self._progress = _Progress()
         self._hash = hashlib.sha256()
         # Locked while this intake lives, so a restart removes it only if its process died.
@@ -217,6 +230,10 @@ class DatasetIntake:
                 return
         self._append(data)
 
+    def plan_fingerprints(self, plan: FingerprintPlan) -> None:
+        """Fingerprint the file while it arrives (given before its first byte)."""
+        self._plan = plan
+
     def finish(self) -> ReceivedDataset:
         """Wait for the checks; the received file and its profile, or the first failure."""
         if self.file_format is None and self._failure is None:
@@ -233,17 +250,23 @@ class DatasetIntake:
             raise self._failure
         assert self.file_format is not None
         if self.file_format == PARQUET:
-            self._profile = profile_parquet(self.path, self.pii)
+            self._profile = profile_parquet(
+                self.path, self.pii, on_checked=self._fingerprint_parquet
+            )
         assert self._profile is not None
         return ReceivedDataset(
             self.path, self.size_bytes, self.file_format, self._hash.hexdigest(), self._profile
         )
 
     def close(self) -> None:
-        """Stop the checking thread and remove the temp folder; safe to call twice."""
+        """Stop the threads and remove the temp folder; safe to call twice."""
+        if self.fingerprint_job is not None:
+            self.fingerprint_job.cancel()
         self._progress.abort()
         if self._thread is not None:
             self._thread.join()
+        if self.fingerprint_job is not None:
+            self.fingerprint_job.join()
         self._close_writer()
         shutil.rmtree(self.dir, ignore_errors=True)
         if self._dir_lock is not None:
@@ -267,20 +290,40 @@ class DatasetIntake:
             return
         self.file_format = file_format
         if csv_head is not None:
+            self._start_fingerprints(
+                csv_head.columns, lambda wanted: csv_batches(self._growing_reader, wanted)
+            )
             self._thread = threading.Thread(
                 target=self._check_csv, args=(csv_head,), name="upload-csv-check", daemon=True
             )
             self._thread.start()
 
+    def _growing_reader(self) -> _GrowingFileReader:
+        return _GrowingFileReader(self.path, self._progress)
+
+    def _fingerprint_parquet(self, columns: list[str]) -> None:
+        self._start_fingerprints(columns, lambda wanted: file_batches(self.path, PARQUET, wanted))
+
+    def _start_fingerprints(
+        self, columns: list[str], source: Callable[[Sequence[str]], BatchSource]
+    ) -> None:
+        if self._plan is None:
+            return
+        out = self.dir / FINGERPRINTS_FILENAME
+        self.fingerprint_job = FingerprintJob(self._plan, columns, source, out)
+        self.fingerprint_job.start()
+
     def _check_csv(self, head: CsvHead) -> None:
         try:
-            with _GrowingFileReader(self.path, self._progress) as stream:
+            with self._growing_reader() as stream:
                 self._profile = profile_csv(stream, head, self.pii)
         except _Aborted:
             pass
         except BaseException as exc:
             if not self._progress.aborted:
                 self._failure = exc
+                if self.fingerprint_job is not None:
+                    self.fingerprint_job.cancel()  # the upload is refused: spare the CPU
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None

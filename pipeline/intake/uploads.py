@@ -1,7 +1,8 @@
 """Benchmark dataset uploads (spec §4.3, §7, §8): form settings, content rules, PII, storage.
 
 The upload itself is received and profiled by `pipeline.intake.receiving`. An accepted file's rows
-are fingerprinted (`pipeline.checks.integrity`: contributions copying them are refused later), then
+are fingerprinted (`pipeline.checks.integrity`: contributions copying them are refused later),
+while it arrives when the form's fields came first (`pipeline.intake.streamed_fingerprints`), then
 it becomes the model's next dataset version (`pipeline.intake.versions`): the fingerprints go to
 `integrity/{model_id}/{version}/` and the object `datasets/{model_id}/{version}/{filename}` is
 written completely, then one transaction writes its DatasetVersion (kind "benchmark") and
@@ -26,12 +27,13 @@ from pipeline.checks.fingerprint_files import FingerprintSummary
 from pipeline.checks.pii_scan import PiiReport
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.errors import InvalidInput, Unprocessable
+from pipeline.core.errors import DomainError, InvalidInput, Unprocessable
 from pipeline.core.tables import BENCHMARK_VERSION, BenchmarkSpec, DatasetVersion
 from pipeline.core.text import has_control_characters
 from pipeline.evaluation.metrics import validate_metric
 from pipeline.intake.profiles import DatasetProfile
 from pipeline.intake.receiving import DatasetIntake, ReceivedDataset, stored_filename
+from pipeline.intake.streamed_fingerprints import FINGERPRINTS_FILENAME, FingerprintPlan
 from pipeline.intake.versions import VersionDraft, VersionRecord, new_dataset_version
 from pipeline.models.registry import get_model
 from pipeline.store.objectstore import ObjectStore, StoredObject, public_uri
@@ -244,12 +246,34 @@ def store_received(draft: VersionDraft, key: str, received: ReceivedDataset) -> 
     return draft.put_file(key, received.path, sha256=received.sha256, move=True)
 
 
+def fingerprint_plan(form: BenchmarkForm, task_type: str) -> FingerprintPlan:
+    return FingerprintPlan(form.target_column, form.input_columns, form.eval_split, task_type)
+
+
+def early_fingerprint_plan(fields: Mapping[str, str], task_type: str) -> FingerprintPlan | None:
+    """The plan of the form fields sent before the file part, when they are valid: the
+    intake fingerprints the file while it arrives. None: fingerprint after the last byte."""
+    try:
+        return fingerprint_plan(parse_form(fields, task_type), task_type)
+    except DomainError:
+        return None  # the same fields are refused, with their reason, once the body is read
+
+
 def fingerprint_received(
-    received: ReceivedDataset, form: BenchmarkForm, task_type: str
+    intake: DatasetIntake, received: ReceivedDataset, form: BenchmarkForm, task_type: str
 ) -> tuple[Path, FingerprintSummary]:
-    """Fingerprint the received rows into a file beside the upload (removed with it)."""
+    """The received rows' fingerprints in a file beside the upload (removed with it): the
+    intake's job's when it fingerprinted the file while it arrived with this form's columns,
+    else built now."""
+    plan = fingerprint_plan(form, task_type)
+    job = intake.fingerprint_job
+    if job is not None and job.plan == plan:
+        return job.out, job.result()
+    if job is not None:  # fields sent after the file changed the declared columns
+        job.cancel()
+        job.join()
     folder = received.path.parent
-    out = folder / "benchmark.fingerprints"
+    out = folder / FINGERPRINTS_FILENAME
     summary = fingerprint_benchmark_file(
         received.path,
         received.file_format,
@@ -309,7 +333,7 @@ def _check_upload(
     fingerprints: Path | None = None
     fingerprinted_rows = 0
     try:
-        fingerprints, summary = fingerprint_received(received, form, target.task_type)
+        fingerprints, summary = fingerprint_received(intake, received, form, target.task_type)
         fingerprinted_rows = summary.rows
     except Exception:
         # Not a reason to refuse a valid benchmark: the pipeline fingerprints it when missing.

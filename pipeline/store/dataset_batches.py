@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -23,6 +25,14 @@ PARQUET_BATCH_ROWS = 64 * 1024
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")
 
 
+class ByteStream(Protocol):
+    """A readable binary stream (a file object, or `pipeline.intake.receiving`'s reader)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class RetypeColumns(Exception):
     """A batch source must restart: a column's type (guessed from its first rows) was wrong."""
 
@@ -34,8 +44,19 @@ def file_batches(
     if file_format == "parquet":
         return lambda: _parquet_batches(path, columns)
     if file_format == "csv":
-        return _CsvSource(path, columns)
+        return csv_batches(lambda: path.open("rb"), columns)
     return lambda: _whole_file_batches(path, file_format, columns)
+
+
+def csv_batches(
+    open_stream: Callable[[], ByteStream], columns: Sequence[str]
+) -> Callable[[], Iterator[pa.RecordBatch]]:
+    """A restartable stream of `columns` of the CSV file `open_stream()` opens (each start).
+
+    The stream may be a file still being written (`pipeline.intake.receiving`): its batches
+    are those of the complete file, as long as every `read(n)` returns n bytes until its end.
+    """
+    return _CsvSource(open_stream, columns)
 
 
 def _parquet_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -62,11 +83,11 @@ class _CsvSource:
 
     TEXT = pa.dictionary(pa.int32(), pa.string())
 
-    def __init__(self, path: Path, columns: Sequence[str]) -> None:
-        self.path = path
+    def __init__(self, open_stream: Callable[[], ByteStream], columns: Sequence[str]) -> None:
+        self.open_stream = open_stream
         self.pacsv = pacsv
         self.parse = pacsv.ParseOptions(newlines_in_values=True)
-        with path.open("rb") as fh:
+        with closing(open_stream()) as fh:
             head = pacsv.open_csv(
                 fh,
                 read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_HEAD_BYTES),
@@ -90,7 +111,7 @@ class _CsvSource:
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         # A Python file object: given a path, Arrow reads ahead tens of MB it need not hold.
-        with self.path.open("rb") as fh:
+        with closing(self.open_stream()) as fh:
             reader = self.pacsv.open_csv(
                 fh,
                 read_options=self.pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES),

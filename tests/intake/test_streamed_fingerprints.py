@@ -1,0 +1,228 @@
+"""A benchmark upload fingerprinted while it arrives (pipeline/intake/streamed_fingerprints.py):
+the same fingerprint file as the sequential builder's, and nothing left behind by a refusal."""
+
+from __future__ import annotations
+
+import io
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.checks.benchmark_fingerprints import fingerprint_benchmark_file
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.errors import InvalidInput
+from pipeline.intake.receiving import DatasetIntake, upload_tmp_root
+from pipeline.intake.streamed_fingerprints import FingerprintCancelled, FingerprintPlan
+from pipeline.store import dataset_batches
+from pipeline.store.formats import CSV, PARQUET
+from tests.intake.test_uploads import _call, assert_nothing_stored, counts
+
+MB = 1024 * 1024
+TARGET = "churned"
+INPUTS = ("tenure", "charges", "note")
+PLAN = FingerprintPlan(TARGET, INPUTS, "test", "classification")
+ROWS = 3_000
+
+
+@pytest.fixture(autouse=True)
+def small_csv_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Types are guessed from the first block: small blocks put the late text past it."""
+    monkeypatch.setattr(dataset_batches, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(dataset_batches, "CSV_HEAD_BYTES", 4096)
+
+
+def benchmark_table(rows: int = ROWS) -> pa.Table:
+    """Numbers, a number column that turns to text late, quoted text with newlines, a split."""
+    tenure: list[Any] = [i % 121 for i in range(rows)]
+    tenure[rows - 7] = "n/a-yet"  # far past the first block: the typed reader starts again
+    notes = [f'ticket {i}, "asked"\nabout the\r\nplan {i % 13}' for i in range(rows)]
+    return pa.table(
+        {
+            "tenure": pa.array([str(v) for v in tenure]),
+            "charges": [round(20 + i * 0.37, 2) for i in range(rows)],
+            "note": notes,
+            "split": [("train", "test")[i % 3 == 0] for i in range(rows)],
+            TARGET: [i % 2 for i in range(rows)],
+        }
+    )
+
+
+def file_bytes(file_format: str, source: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    if file_format == CSV:
+        import pyarrow.csv as pacsv
+
+        # Numbers as bare digits; text with commas, quotes or newlines inside quotes.
+        pacsv.write_csv(source, sink, pacsv.WriteOptions(quoting_style="needed"))
+    else:
+        pq.write_table(source, sink, row_group_size=500)
+    return sink.getvalue()
+
+
+def sequential(path: Path, file_format: str, columns: list[str], tmp: Path) -> bytes:
+    out = tmp / f"sequential-{uuid.uuid4().hex}.fingerprints"
+    fingerprint_benchmark_file(
+        path,
+        file_format,
+        columns=columns,
+        target_column=PLAN.target_column,
+        input_columns=PLAN.input_columns,
+        task_type=PLAN.task_type,
+        eval_split=PLAN.eval_split,
+        out=out,
+        tmp_root=tmp,
+    )
+    return out.read_bytes()
+
+
+def fingerprint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "upload-fingerprints"]
+
+
+# The intake's job.
+
+
+@pytest.mark.parametrize("file_format", [CSV, PARQUET])
+def test_streamed_fingerprints_are_the_sequential_builders_byte_for_byte(
+    tmp_path: Path, file_format: str
+) -> None:
+    data = file_bytes(file_format, benchmark_table())
+    assert file_format == PARQUET or data.count(b"\n") > 2 * ROWS  # newlines inside values
+    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
+        intake.plan_fingerprints(PLAN)
+        for start in range(0, len(data), 3000):
+            intake.write(data[start : start + 3000])
+            if file_format == CSV and start > 128 * 1024:
+                # Started on the header, long before the last byte.
+                assert intake.fingerprint_job is not None
+        received = intake.finish()
+        job = intake.fingerprint_job
+        assert job is not None
+        summary = job.result()
+        streamed = job.out.read_bytes()
+        expected = sequential(received.path, file_format, received.profile.columns, tmp_path)
+    assert summary.rows == ROWS // 3  # the evaluation split only
+    assert streamed == expected
+
+
+def test_closing_the_intake_mid_stream_cancels_the_job_and_removes_everything(
+    tmp_path: Path,
+) -> None:
+    data = file_bytes(CSV, benchmark_table())
+    intake = DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None)
+    intake.plan_fingerprints(PLAN)
+    intake.write(data[: len(data) // 2])
+    job = intake.fingerprint_job
+    assert job is not None
+    intake.close()  # a refusal: the job waits for bytes that never come
+    assert fingerprint_threads() == []
+    with pytest.raises(FingerprintCancelled):
+        job.result()
+    assert not intake.dir.exists()
+
+
+def test_a_csv_the_checks_refuse_cancels_the_job(tmp_path: Path) -> None:
+    data = file_bytes(CSV, benchmark_table())
+    broken = data + b'1,2.0,"x",test,1,surplus\n' + data.split(b"\n", 1)[1]
+    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
+        intake.plan_fingerprints(PLAN)
+        for start in range(0, len(broken), 3000):
+            intake.write(broken[start : start + 3000])
+        with pytest.raises(InvalidInput, match="a row has 6 fields"):
+            intake.finish()
+        job = intake.fingerprint_job
+    assert job is not None and fingerprint_threads() == []
+    with pytest.raises(FingerprintCancelled):
+        job.result()
+    assert list((tmp_path / "uploads").iterdir()) == []
+
+
+# Over HTTP.
+
+
+@pytest.fixture
+def key_headers(platform_key: Callable[..., str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {platform_key('admin', scopes=['benchmarks:write'])}"}
+
+
+def multipart(
+    data: bytes, fields: dict[str, str], *, fields_after_file: bool = False
+) -> tuple[str, bytes]:
+    boundary = uuid.uuid4().hex
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    file_part = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.csv"\r\n\r\n'
+        ).encode()
+        + data
+        + b"\r\n"
+    )
+    parts = [*parts, file_part] if not fields_after_file else [file_part, *parts]
+    return boundary, b"".join(parts) + f"--{boundary}--\r\n".encode()
+
+
+def post(app: Any, headers: dict[str, str], boundary: str, body: bytes) -> tuple[int, dict]:
+    headers = {**headers, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    chunks = iter([body[i : i + 16 * 1024] for i in range(0, len(body), 16 * 1024)])
+    status, answer, _ = _call(app, headers, chunks)
+    return status, answer
+
+
+FIELDS = {"target_column": TARGET, "input_columns": ",".join(INPUTS), "allow_pii": "false"}
+
+
+@pytest.mark.parametrize("fields_after_file", [False, True])
+def test_an_uploads_stored_fingerprints_are_the_sequential_builders(
+    app: Any,
+    key_headers: dict[str, str],
+    settings: Settings,
+    tmp_path: Path,
+    fields_after_file: bool,
+) -> None:
+    data = file_bytes(CSV, benchmark_table())
+    boundary, body = multipart(data, FIELDS, fields_after_file=fields_after_file)
+    status, answer = post(app, key_headers, boundary, body)
+    assert status == 201, answer
+    stored = settings.objects_dir / "datasets" / "1" / "v1" / "b.csv"
+    fingerprints = settings.objects_dir / "integrity" / "1" / "v1" / "benchmark.fingerprints"
+    columns = list(benchmark_table().column_names)
+    assert fingerprints.read_bytes() == sequential(stored, CSV, columns, tmp_path)
+    assert fingerprint_threads() == []
+
+
+@pytest.mark.parametrize(
+    ("tail", "status"),
+    [
+        (b'1,2.0,"x",test,1,surplus\n', 400),  # a ragged row, refused while bytes arrive
+        (b'1,2.0,"mail jane.doe@example.com",test,1\n', 422),  # PII, refused after the last
+    ],
+)
+def test_a_refused_upload_stops_its_job_and_leaves_nothing(
+    app: Any,
+    key_headers: dict[str, str],
+    db: Database,
+    settings: Settings,
+    tail: bytes,
+    status: int,
+) -> None:
+    data = file_bytes(CSV, benchmark_table())
+    data += tail + data.split(b"\n", 1)[1]  # the bad row in the middle
+    boundary, body = multipart(data, FIELDS)
+    answer_status, answer = post(app, key_headers, boundary, body)
+    assert answer_status == status, answer
+    assert "jane.doe" not in str(answer)
+    assert fingerprint_threads() == []
+    assert_nothing_stored(db, settings)
+    assert counts(db) == (0, 0, 0)
+    root = upload_tmp_root(settings)
+    assert not root.exists() or list(root.iterdir()) == []
