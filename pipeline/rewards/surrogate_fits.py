@@ -93,9 +93,7 @@ class Moments:
         return cls(float(weight.sum()), weight @ x, weight @ (x * x))
 
 
-def coalition_penalty(
-    moments: Sequence[Moments], scaled: np.ndarray, penalty: float
-) -> np.ndarray:
+def coalition_penalty(moments: Sequence[Moments], scaled: np.ndarray, penalty: float) -> np.ndarray:
     """The penalty per column (intercept last, 0) for a coalition of parts (module docstring).
 
     `scaled` marks the columns the model standardises; a column constant over the coalition
