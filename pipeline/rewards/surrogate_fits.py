@@ -38,7 +38,8 @@ MIN_LOGISTIC_PENALTY = 1e-6
 INTERCEPT_PENALTY = 1e-10
 NEWTON_STEPS = 50
 CHORD_STEPS = 60
-TOLERANCE = 1e-10
+# Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
+TOLERANCE = 1e-8
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
 CHUNK_CELLS = 4_000_000
 
@@ -62,9 +63,11 @@ def objective_for(recipe: Recipe | None, task_type: str) -> Objective:
     if recipe.estimator == "linear_regression":
         return Objective(0.0, bool(params.get("fit_intercept", True)))
     if recipe.estimator == "ridge":
+        # An array of alphas (one per target) has no single-target meaning here.
         alpha = params.get("alpha", 1.0)
-        plain = np.isscalar(alpha) and params.get("fit_intercept", True)
-        return Objective(float(alpha) if np.isscalar(alpha) else STAND_IN_PENALTY, bool(plain))
+        scalar = isinstance(alpha, int | float)
+        plain = scalar and params.get("fit_intercept", True)
+        return Objective(float(alpha) if scalar else STAND_IN_PENALTY, bool(plain))
     if recipe.estimator == "logistic_regression":
         c = float(params.get("C", 1.0))
         unpenalised = ("penalty" in params and params["penalty"] is None) or math.isinf(c)
@@ -222,16 +225,17 @@ def coalition_fits(
         for c, pr in zip(coalitions, pen_rows, strict=True)
     ]
     betas = np.repeat(full[None], len(coalitions), axis=0)
-    active = np.arange(len(coalitions))
+    active = list(range(len(coalitions)))
     for _ in range(CHORD_STEPS):
         gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
-        done = []
+        moving = []
         for row, i in enumerate(active):
             step = cho_solve(factors[i], (gradients[row] - pen_rows[i] * betas[i]).ravel())
             betas[i] += step.reshape(full.shape)
-            done.append(float(np.max(np.abs(step))) < TOLERANCE)
-        active = active[~np.asarray(done)]
-        if not len(active):
+            if float(np.max(np.abs(step))) >= TOLERANCE:
+                moving.append(i)
+        active = moving
+        if not active:
             break
     for i in active:  # slow to converge by chords: full Newton from where they are
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
