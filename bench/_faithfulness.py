@@ -4,13 +4,19 @@ model's own estimator, on real data (scikit-learn's breast cancer, wine, diabete
 Each scenario is one batch of 2 to 6 contributions on top of accepted data, valued twice by
 `value_batch`: with the estimator playing every coalition (exact Shapley, the reference) and with
 the surrogate game (`coalition_row_budget=0`). Contributions differ as real ones do: in size
-(0.5x to 1.5x an equal part) and in label noise (none, 10 %, 30 %, or every label replaced),
+(0.5x to 1x an equal part) and in label noise (none, 10 %, 30 %, or every label replaced),
 seeded. Figures per scenario:
 
 - error: the largest difference between the two paid shares (a rejected contribution is paid 0),
   in percent of the reference pool;
 - Spearman: rank correlation of the two share vectors (rejected contributions at the value that
-  rejected them), NaN when one vector is constant.
+  rejected them), NaN when one vector is constant;
+- floor: the error between the reference and the estimator's game perturbed without changing
+  the model (`perturbed`): what the estimator's own arbitrariness moves.
+
+Reference estimators come by family (`FAMILIES`): linear (logistic regression; linear
+regression for diabetes), for which the surrogate is the estimator's own objective, and random
+forest (30 trees), for which it is a stand-in.
 
 Only batches the reference pays (accepted, pool > 0) count: a share of a batch within noise is
 never paid.
