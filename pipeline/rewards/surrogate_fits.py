@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -35,7 +36,7 @@ STAND_IN_PENALTY = 1.0
 # Logistic regression without a penalty diverges on separable data: a floor, far below C=1's.
 MIN_LOGISTIC_PENALTY = 1e-6
 # Softmax intercepts are determined only up to a common shift: a vanishing penalty fixes it.
-INTERCEPT_PENALTY = 1e-10
+INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50
 CHORD_STEPS = 60
 # Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
@@ -220,12 +221,15 @@ def coalition_fits(
     every part `full` and the parts' Hessians there (module docstring)."""
     outputs = full.shape[0]
     pen_rows = [_full_penalty(p, outputs) for p in pens]
-    factors = [
-        cho_factor(sum(hessians[i] for i in c) + np.diag(pr.ravel()))
-        for c, pr in zip(coalitions, pen_rows, strict=True)
-    ]
+    factors: list[Any] = []
+    for c, pr in zip(coalitions, pen_rows, strict=True):
+        try:
+            factors.append(cho_factor(sum(hessians[i] for i in c) + np.diag(pr.ravel())))
+        except np.linalg.LinAlgError:
+            factors.append(None)  # numerically singular: full Newton below
     betas = np.repeat(full[None], len(coalitions), axis=0)
-    active = list(range(len(coalitions)))
+    active = [i for i, f in enumerate(factors) if f is not None]
+    slow = [i for i, f in enumerate(factors) if f is None]
     for _ in range(CHORD_STEPS):
         gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
         moving = []
@@ -237,7 +241,7 @@ def coalition_fits(
         active = moving
         if not active:
             break
-    for i in active:  # slow to converge by chords: full Newton from where they are
+    for i in [*slow, *active]:  # no factor, or slow by chords: full Newton from where they are
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
     return list(betas)
 
