@@ -40,7 +40,7 @@ INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50
 CHORD_STEPS = 60
 # Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
-TOLERANCE = 1e-8
+TOLERANCE = 1e-6
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
 CHUNK_CELLS = 4_000_000
 
