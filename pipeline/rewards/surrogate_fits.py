@@ -38,7 +38,8 @@ MIN_LOGISTIC_PENALTY = 1e-6
 # Softmax intercepts are determined only up to a common shift: a vanishing penalty fixes it.
 INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50
-CHORD_STEPS = 60
+# Beyond this many chord passes a coalition is far from the full fit: full Newton is faster.
+CHORD_STEPS = 20
 # Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
 TOLERANCE = 1e-6
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
