@@ -227,6 +227,10 @@ def measure(
                     "median_spearman": _summary(rhos, np.median),
                     "within_5pct": sum(e <= 5.0 for e in errors),
                     "floor_max_error": _summary(floors, max),
+                    # Beyond 5 % and beyond what the estimator's own arbitrariness moves.
+                    "beyond_floor": sum(
+                        e > 5.0 and e > f for e, f in zip(errors, floors, strict=True)
+                    ),
                 }
             )
             if on_row is not None:

@@ -185,9 +185,12 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
         spearman = [r["min_spearman"] for r in table if not math.isnan(r["min_spearman"])]
         worst, lowest = max(errors, default=math.nan), min(spearman, default=math.nan)
         met = "yes" if worst <= 5.0 and lowest >= 0.9 else "no"
+        beyond = sum(r["beyond_floor"] for r in table)
+        paid = sum(r["paid"] for r in table)
         print(f"faithfulness_{family}_max_error_pct_of_pool: {worst:.1f}")
         print(f"faithfulness_{family}_min_spearman: {lowest:.2f}")
         print(f"faithfulness_{family}_goal_met (max error <= 5 %, Spearman >= 0.9): {met}")
+        print(f"faithfulness_{family}_paid_batches_beyond_5pct_and_floor: {beyond}/{paid}")
 
 
 def main() -> None:
