@@ -1,20 +1,20 @@
 """The surrogate game that splits a large batch's pool: a linear model on the model's own
-features, each coalition fitted in closed form from statistics that add up over contributions.
+features, each coalition fitted from statistics of its parts, no model trained per coalition.
 
 Training the model's estimator once per coalition costs 2^n − 1 fits for n contributions; on
 large accepted data that is hours. The split of the pool instead plays the same game with a
-stand-in model whose coalition fits cost a d × d solve (d: feature columns):
+linear model whose coalition fits cost d × d solves (d: feature columns):
 
 - Features are the model's own preprocessing (`pipeline.models.estimators`: imputation,
-  scaling, one-hot), fitted once on the accepted rows and the batch.
-- Regression: ridge least squares (penalty `RIDGE` on the scaled features, not on the
-  intercept). Its sufficient statistics XᵀX and Xᵀy add up over parts, so every coalition's fit
-  is exact, not approximated.
-- Classification: one L2 logistic regression per benchmark class (one-vs-rest), fitted by
-  Newton's method on the accepted rows and the whole batch. A coalition's fit is one Newton
-  step from it using each part's gradient and Hessian at that fit, which add up over parts
-  (the influence-function estimate of refitting without the missing parts, with its
-  curvature).
+  scaling, one-hot), fitted once on the accepted rows and the batch; each coalition's fit
+  accounts for the scaling the estimator would have fitted on that coalition's rows
+  (`pipeline.rewards.surrogate_fits`).
+- When the model's estimator is linear (linear regression, ridge, logistic regression) the
+  surrogate minimises that estimator's own objective with its own parameters (penalty, binomial
+  or multinomial) to convergence, so each coalition's fit is the estimator's fit and the game is
+  the estimator's game (up to the solvers' tolerances, and imputation medians taken over all
+  rows). Otherwise (forests, boosting, neighbours, the owner's code) it is a stand-in: L2
+  logistic or ridge regression at `STAND_IN_PENALTY`.
 - Accepted rows beyond `max_base_rows` are replaced by a sample, stratified by class, whose
   rows carry the weight of the rows they stand for, so the accepted data keeps its mass against
   the batch; the sample is seeded.
@@ -26,29 +26,44 @@ are used: `pipeline.rewards.valuation` scales them to the pool the real model me
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_samples
-from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.evaluation.metrics import (
+    Predictions,
+    improvement_denominator,
+    metric_samples,
+    sorted_labels,
+)
+from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
+from pipeline.rewards.surrogate_fits import (
+    LogisticPart,
+    Moments,
+    coalition_fits,
+    coalition_penalty,
+    least_squares,
+    logistic_fit,
+    objective_for,
+    part_hessian,
+    probabilities,
+)
 
-RIDGE = 1.0
 SAMPLE_SEED = 11
-NEWTON_STEPS = 25
-NEWTON_TOLERANCE = 1e-8
 
 
 @dataclass(frozen=True)
 class _Part:
     """One part of the training data (the accepted rows or a player) as the surrogate sees it."""
 
-    x: np.ndarray  # rows x features, with an intercept column
-    y: np.ndarray  # rows x targets (regression: 1; classification: one-hot per class)
+    x: np.ndarray  # rows x features, with an intercept column last
+    y: np.ndarray  # targets (regression) or labels (classification)
     weight: np.ndarray  # per row
+    frame: pd.DataFrame
 
 
 def stratified_sample(
@@ -82,19 +97,28 @@ class SurrogateGame:
     ) -> None:
         self.scorer = scorer
         self.higher_is_better = higher_is_better
-        classification = scorer.task_type == "classification"
+        self.classification = scorer.task_type == "classification"
         labelled = [scorer.labelled(f) for f in (base, *frames)]
         sample, weight = stratified_sample(
-            labelled[0], scorer.target_column, max_base_rows, classification
+            labelled[0], scorer.target_column, max_base_rows, self.classification
         )
         self.sample_rows = len(sample)
-        parts_frames = [sample, *labelled[1:]]
+        self.objective = objective_for(scorer.recipe, scorer.task_type)
+        self._transform([sample, *labelled[1:]], weight)
+        self._fits: dict[frozenset[int], Any] = {}
+        self._prepare_statistics()
+        self.score_without = _score(self._predictions(frozenset()))
+        self.denominator = improvement_denominator(self.score_without, scorer.floor)
+        self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
+
+    def _transform(self, parts_frames: list[pd.DataFrame], weight: float) -> None:
+        """The parts as rows of the model's own preprocessing, fitted once on all of them."""
         train = pd.concat([p for p in parts_frames if len(p)], ignore_index=True)
-        columns = scorer.feature_columns(train)
+        columns = self.scorer.feature_columns(train)
         # The model's own preprocessing; a model with the owner's training code has none the
         # marketplace knows, so the surrogate uses the label check's (CHECK_ESTIMATORS).
-        recipe = scorer.recipe or Recipe(check_estimator(scorer.task_type, None))
-        features = build_estimator(recipe, scorer.task_type)["features"]
+        recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
+        features = build_estimator(recipe, self.scorer.task_type)["features"]
 
         def matrix(transformed: object) -> np.ndarray:
             dense = np.asarray(_dense(transformed), dtype="float64")
@@ -103,98 +127,110 @@ class SurrogateGame:
         # One transform of all the rows (a part may lack a column: missing, imputed), cut into
         # the parts: the preprocessing's cost is per call as much as per row.
         x_train = matrix(features.fit_transform(train.reindex(columns=columns)))
-        self.x_bench = matrix(features.transform(scorer.bench.reindex(columns=columns)))
+        self.x_bench = matrix(features.transform(self.scorer.bench.reindex(columns=columns)))
+        self.scaled = np.zeros(x_train.shape[1], dtype=bool)
+        self.scaled[features.output_indices_.get("numeric", slice(0, 0))] = True
         ends = np.cumsum([len(p) for p in parts_frames])
+        target = self.scorer.target_column
         self.parts = [
             _Part(
                 x_train[end - len(p) : end],
-                self._targets(p),
+                p[target].to_numpy(),
                 np.full(len(p), weight if i == 0 else 1.0),
+                p,
             )
             for i, (p, end) in enumerate(zip(parts_frames, ends, strict=True))
         ]
-        dims = self.x_bench.shape[1]
-        self.penalty = RIDGE * np.eye(dims)
-        self.penalty[-1, -1] = 0.0  # the intercept is not penalised
-        self.classification = classification
-        self._prepare_statistics()
-        self.score_without = _score(self._predictions(frozenset()))
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
+        self.moments = [Moments.of(p.x, p.weight) for p in self.parts]
 
-    def _targets(self, frame: pd.DataFrame) -> np.ndarray:
-        y = frame[self.scorer.target_column].to_numpy()
-        if self.scorer.task_type == "regression":
-            return np.asarray(y.astype("float64").reshape(-1, 1))
-        classes = np.asarray(self.scorer.classes, dtype=object)
-        return np.asarray(y.astype(object)[:, None] == classes[None, :], dtype="float64")
+    def _members(self, coalition: frozenset[int]) -> list[int]:
+        return [i for i in (0, *(j + 1 for j in sorted(coalition))) if len(self.parts[i].x)]
+
+    def _penalty(self, members: Sequence[int]) -> np.ndarray:
+        moments = [self.moments[i] for i in members]
+        return coalition_penalty(moments, self.scaled, self.objective.penalty)
 
     def _prepare_statistics(self) -> None:
-        """Each part's statistics: XᵀWX and XᵀWy (regression), or its Hessian and gradient per
-        class at the logistic fit on every part (classification)."""
+        """Regression: each part's XᵀWX and XᵀWy. Classification: the classes, the fit on
+        every part and each part's Hessian there."""
         if not self.classification:
-            self.hessians = np.stack([(p.x * p.weight[:, None]).T @ p.x for p in self.parts])
-            self.gradients = np.stack([(p.x * p.weight[:, None]).T @ p.y for p in self.parts])
+            self.grams = [(p.x * p.weight[:, None]).T @ p.x for p in self.parts]
+            self.moments_y = [p.x.T @ (p.weight * p.y.astype("float64")) for p in self.parts]
             return
-        self.full_fit = self._logistic_fit()
-        hessians, gradients = [], []
-        for p in self.parts:
-            prob = _sigmoid(p.x @ self.full_fit)  # rows x classes
-            curvature = prob * (1 - prob) * p.weight[:, None]
-            hessians.append(np.einsum("ri,rc,rj->cij", p.x, curvature, p.x))
-            gradients.append(p.x.T @ ((p.y - prob) * p.weight[:, None]))
-        self.hessians = np.stack(hessians)  # parts x classes x d x d
-        self.gradients = np.stack(gradients)  # parts x d x classes
+        self.part_classes = [set(p.y.tolist()) for p in self.parts]
+        self.classes = sorted_labels(set().union(*self.part_classes))
+        every = list(range(len(self.parts)))
+        if len(self.classes) < 2:
+            return
+        self.logistic = self._logistic_parts(self.classes, every)
+        used = [i for i in every if len(self.parts[i].x)]
+        self.full_fit = logistic_fit([self.logistic[i] for i in used], self._penalty(used))
+        self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
 
-    def _logistic_fit(self) -> np.ndarray:
-        """L2 logistic regression per class on every part, by Newton's method."""
-        x = np.vstack([p.x for p in self.parts])
-        y = np.vstack([p.y for p in self.parts])
-        w = np.concatenate([p.weight for p in self.parts])
-        beta = np.zeros((x.shape[1], y.shape[1]))
-        for _ in range(NEWTON_STEPS):
-            prob = _sigmoid(x @ beta)
-            gradient = x.T @ ((y - prob) * w[:, None]) - self.penalty @ beta
-            curvature = prob * (1 - prob) * w[:, None]
-            step = np.stack(
-                [
-                    _solve((x * curvature[:, [c]]).T @ x + self.penalty, gradient[:, c])
-                    for c in range(y.shape[1])
-                ],
-                axis=1,
-            )
-            beta += step
-            if float(np.max(np.abs(step))) < NEWTON_TOLERANCE:
-                break
-        return np.asarray(beta)
+    def _logistic_parts(self, classes: Sequence[Any], members: Iterable[int]) -> list[LogisticPart]:
+        """The parts with one-hot labels over `classes` (binomial: the second class only)."""
+        labels = np.asarray(classes, dtype=object)
+        columns = labels[1:] if len(labels) == 2 else labels
+        result = []
+        for i in members:
+            p = self.parts[i]
+            y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
+            result.append(LogisticPart(p.x, y, p.weight))
+        return result
 
-    def _coefficients(self, coalition: frozenset[int]) -> np.ndarray:
-        members = [0, *(i + 1 for i in sorted(coalition))]
-        hessian = self.hessians[members].sum(axis=0)
-        gradient = self.gradients[members].sum(axis=0)
+    def prepare(self, coalitions: Iterable[frozenset[int]]) -> None:
+        """Fit every coalition not fitted yet, at once (classification's fits are vectorised)."""
+        missing = [c for c in dict.fromkeys(coalitions) if c not in self._fits]
         if not self.classification:
-            return np.asarray(_solve(hessian + self.penalty, gradient))
-        # One Newton step from the fit on every part, towards the fit on `members`.
-        gradient = gradient - self.penalty @ self.full_fit
-        steps = [_solve(hessian[c] + self.penalty, gradient[:, c]) for c in range(len(hessian))]
-        return np.asarray(self.full_fit + np.stack(steps, axis=1))
+            for c in missing:
+                members = self._members(c)
+                gram = sum(self.grams[i] for i in members)
+                moment = sum(self.moments_y[i] for i in members)
+                self._fits[c] = (None, least_squares(gram, moment, self._penalty(members)))
+            return
+        chords: list[frozenset[int]] = []
+        for c in missing:
+            members = self._members(c)
+            present = sorted_labels(set().union(*(self.part_classes[i] for i in members)))
+            if len(present) < 2:
+                self._fits[c] = None  # nothing to fit: the scorer's trivial baseline
+            elif len(present) < len(self.classes):
+                parts = self._logistic_parts(present, members)
+                self._fits[c] = (present, logistic_fit(parts, self._penalty(members)))
+            else:
+                chords.append(c)
+        if chords:
+            members_list = [self._members(c) for c in chords]
+            fits = coalition_fits(
+                self.logistic,
+                self.full_fit,
+                self.hessians,
+                members_list,
+                [self._penalty(m) for m in members_list],
+            )
+            self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
-        if not any(len(self.parts[i].x) for i in (0, *(j + 1 for j in coalition))):
-            # No training row: the model's own trivial baseline (`pipeline.evaluation.scorer`).
-            return self.scorer.predict(pd.DataFrame())
-        outputs = self.x_bench @ self._coefficients(coalition)
+        members = self._members(coalition)
+        if coalition not in self._fits and members:
+            self.prepare([coalition])
+        fit = self._fits.get(coalition) if members else None
+        if fit is None:
+            # No row, or one class: the model's own trivial baseline (`pipeline.evaluation.scorer`).
+            frames = [self.parts[i].frame for i in members]
+            return self.scorer.predict(pd.concat(frames) if frames else pd.DataFrame())
+        classes, beta = fit
         name, y_true = self.scorer.metric.name, self.scorer.y_true
         if not self.classification:
-            return Predictions(name, y_true, outputs[:, 0])
-        classes = self.scorer.classes
-        scores = _sigmoid(outputs)
-        totals = scores.sum(axis=1, keepdims=True)
-        scores = np.where(totals > 0, scores / np.where(totals > 0, totals, 1.0), 1 / len(classes))
+            return Predictions(name, y_true, self.x_bench @ beta)
+        proba = probabilities(self.x_bench @ beta.T)
+        if proba.shape[1] == 1:
+            proba = np.hstack([1.0 - proba, proba])
         if self.scorer.metric.uses_probabilities:
-            return Predictions(name, y_true, scores, classes)
-        labels = np.asarray(classes, dtype=object)[scores.argmax(axis=1)]
-        return Predictions(name, y_true, labels.astype(y_true.dtype), classes)
+            scores = _class_scores(self.scorer.classes, classes, proba)
+            return Predictions(name, y_true, scores, self.scorer.classes)
+        labels = np.asarray(classes, dtype=object)[proba.argmax(axis=1)]
+        return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
 
     def value(self, coalition: frozenset[int]) -> float:
         """The surrogate's improvement with `coalition`, in percent (v(∅) = 0)."""
@@ -214,14 +250,3 @@ def _score(predictions: Predictions) -> float:
 def _dense(matrix: object) -> object:
     to_array = getattr(matrix, "toarray", None)
     return to_array() if to_array is not None else matrix
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)))
-
-
-def _solve(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    try:
-        return np.asarray(np.linalg.solve(matrix, rhs))
-    except np.linalg.LinAlgError:
-        return np.asarray(np.linalg.lstsq(matrix, rhs, rcond=None)[0])

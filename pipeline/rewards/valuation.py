@@ -391,6 +391,7 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
         max_base_rows=settings.surrogate_max_base_rows,
         higher_is_better=game.higher_is_better,
     )
+    surrogate.prepare(needed)  # the first round's coalitions, fitted at once
     active, shares, rejected, _ = _play_rounds(surrogate.value, None, units, settings)
     method = SURROGATE_EXACT if exact else SURROGATE_SAMPLED
     # The surrogate's values are in its own units: the accepted share the real pool by them.

@@ -1,0 +1,274 @@
+"""The surrogate game's coalition fits: the objective of the model's own linear estimator,
+solved for every coalition from statistics of its parts (`pipeline.rewards.surrogate`).
+
+Features are one transform of all the rows (the model's preprocessing fitted once) with an
+intercept column last. The model's estimator scales its numeric columns on the rows it is
+trained on, so a coalition's fit differs from a fit on that shared transform in the penalty
+only: a coefficient w on a column standardised over the coalition is w / s on the shared
+column (s: that column's standard deviation over the coalition, from each part's weighted sums),
+so the penalty λ w² becomes λ s² v² (`coalition_penalty`). The intercept is never penalised.
+
+- Least squares (linear regression λ = 0, ridge λ = alpha): centred normal equations, exact.
+  With λ = 0 the minimum-norm solution, as scikit-learn's `lstsq` on centred data.
+- Logistic regression (λ = 1/C): binomial with two classes, multinomial (softmax) with more, as
+  scikit-learn's lbfgs. The fit on every part is found by damped Newton; each coalition's fit
+  starts there and iterates with the coalition's Hessian at that fit (the sum of its parts',
+  factored once) and the coalition's exact gradient, vectorised over coalitions, until it
+  converges: the chord method, linear convergence at a cost of two matrix products per step.
+  A coalition that does not converge so is finished by full Newton steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+from pipeline.models.estimators import Recipe, estimator_params
+
+# The penalty of the stand-in objective for estimators that are not linear (forests,
+# boosting, neighbours, the owner's code), on standardised features.
+STAND_IN_PENALTY = 1.0
+# Logistic regression without a penalty diverges on separable data: a floor, far below C=1's.
+MIN_LOGISTIC_PENALTY = 1e-6
+# Softmax intercepts are determined only up to a common shift: a vanishing penalty fixes it.
+INTERCEPT_PENALTY = 1e-6
+NEWTON_STEPS = 50
+# Beyond this many chord passes a coalition is far from the full fit: full Newton is faster.
+CHORD_STEPS = 20
+# Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
+TOLERANCE = 1e-6
+# Coalitions' linear predictors computed at once are chunked to about this many cells.
+CHUNK_CELLS = 4_000_000
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The penalised loss the surrogate minimises. `exact`: it is the model's own estimator's
+    objective (scikit-learn's linear and logistic regressions, ridge), so the surrogate's
+    coalition fits are that estimator's fits."""
+
+    penalty: float
+    exact: bool
+
+
+def objective_for(recipe: Recipe | None, task_type: str) -> Objective:
+    """The estimator's own objective when it is linear, else the stand-in (an L2 logistic or
+    ridge regression at `STAND_IN_PENALTY`)."""
+    if recipe is None:
+        return Objective(STAND_IN_PENALTY, False)
+    params = estimator_params(recipe)
+    if recipe.estimator == "linear_regression":
+        return Objective(0.0, bool(params.get("fit_intercept", True)))
+    if recipe.estimator == "ridge":
+        # An array of alphas (one per target) has no single-target meaning here.
+        alpha = params.get("alpha", 1.0)
+        scalar = isinstance(alpha, int | float)
+        plain = scalar and params.get("fit_intercept", True)
+        return Objective(float(alpha) if scalar else STAND_IN_PENALTY, bool(plain))
+    if recipe.estimator == "logistic_regression":
+        c = float(params.get("C", 1.0))
+        unpenalised = ("penalty" in params and params["penalty"] is None) or math.isinf(c)
+        exact = (
+            not params.get("l1_ratio")
+            and params.get("penalty", "l2") in ("l2", "deprecated", None)
+            and params.get("class_weight") is None
+            and params.get("fit_intercept", True)
+            and params.get("solver", "lbfgs") != "liblinear"
+        )
+        penalty = MIN_LOGISTIC_PENALTY if unpenalised else max(1.0 / c, MIN_LOGISTIC_PENALTY)
+        return Objective(penalty, bool(exact))
+    return Objective(STAND_IN_PENALTY, False)
+
+
+@dataclass(frozen=True)
+class Moments:
+    """A part's weighted row count and per-column sums and sums of squares."""
+
+    count: float
+    sums: np.ndarray
+    squares: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, weight: np.ndarray) -> Moments:
+        return cls(float(weight.sum()), weight @ x, weight @ (x * x))
+
+
+def coalition_penalty(moments: Sequence[Moments], scaled: np.ndarray, penalty: float) -> np.ndarray:
+    """The penalty per column (intercept last, 0) for a coalition of parts (module docstring).
+
+    `scaled` marks the columns the model standardises; a column constant over the coalition
+    gets the plain penalty (its standardised coefficient has no data and is 0)."""
+    count = sum(m.count for m in moments)
+    mean = sum(m.sums for m in moments) / count
+    variance = np.maximum(sum(m.squares for m in moments) / count - mean * mean, 0.0)
+    constant = variance <= 1e-12 * (1.0 + mean * mean)
+    factor = np.where(scaled & ~constant, variance, 1.0)
+    result = penalty * factor
+    result[-1] = 0.0
+    return np.asarray(result)
+
+
+def least_squares(gram: np.ndarray, moment: np.ndarray, pen: np.ndarray) -> np.ndarray:
+    """Coefficients (intercept last) from a coalition's XᵀWX and XᵀWy over [X, 1]."""
+    count = gram[-1, -1]
+    mean, target_mean = gram[-1, :-1] / count, moment[-1] / count
+    centred = gram[:-1, :-1] - count * np.outer(mean, mean)
+    right = moment[:-1] - count * mean * target_mean
+    if np.any(pen[:-1] > 0):
+        w = np.linalg.solve(centred + np.diag(pen[:-1]), right)
+    else:
+        w = np.linalg.lstsq(centred, right, rcond=1e-10)[0]
+    return np.append(w, target_mean - mean @ w)
+
+
+@dataclass(frozen=True)
+class LogisticPart:
+    """A part's rows for the logistic fits: features, one-hot labels (binomial: the second
+    class's column only), weights."""
+
+    x: np.ndarray
+    y: np.ndarray
+    weight: np.ndarray
+
+
+def probabilities(eta: np.ndarray) -> np.ndarray:
+    """Class probabilities from linear predictors (last axis: one column binomial, else K)."""
+    if eta.shape[-1] == 1:
+        return np.asarray(0.5 * (1.0 + np.tanh(0.5 * eta)))
+    shifted = np.exp(eta - eta.max(axis=-1, keepdims=True))
+    return np.asarray(shifted / shifted.sum(axis=-1, keepdims=True))
+
+
+def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
+    """The part's Hessian of the loss at `beta` (outputs x features), class-major."""
+    p = probabilities(part.x @ beta.T)
+    outputs, dims = beta.shape
+    if outputs == 1:
+        return np.asarray((part.x * (part.weight * p[:, 0] * (1 - p[:, 0]))[:, None]).T @ part.x)
+    blocks = np.empty((outputs, dims, outputs, dims))
+    for k in range(outputs):
+        for j in range(k, outputs):
+            curvature = part.weight * p[:, k] * ((k == j) - p[:, j])
+            blocks[k, :, j, :] = (part.x * curvature[:, None]).T @ part.x
+            blocks[j, :, k, :] = blocks[k, :, j, :].T
+    return blocks.reshape(outputs * dims, outputs * dims)
+
+
+def _gradient(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
+    """The part's gradient of the log-likelihood at `beta`, shaped like `beta`."""
+    residual = (part.y - probabilities(part.x @ beta.T)) * part.weight[:, None]
+    return np.asarray((part.x.T @ residual).T)
+
+
+def _loss(parts: Sequence[LogisticPart], beta: np.ndarray, pen: np.ndarray) -> float:
+    total = 0.5 * float(np.sum(pen * beta * beta))
+    for part in parts:
+        eta = part.x @ beta.T
+        if beta.shape[0] == 1:
+            nll = np.logaddexp(0.0, eta[:, 0]) - part.y[:, 0] * eta[:, 0]
+        else:
+            top = eta.max(axis=1)
+            logsum = top + np.log(np.exp(eta - top[:, None]).sum(axis=1))
+            nll = logsum - (part.y * eta).sum(axis=1)
+        total += float(part.weight @ nll)
+    return total
+
+
+def _full_penalty(pen: np.ndarray, outputs: int) -> np.ndarray:
+    rows = np.tile(pen, (outputs, 1))
+    if outputs > 1:
+        rows[:, -1] = INTERCEPT_PENALTY
+    return rows
+
+
+def logistic_fit(
+    parts: Sequence[LogisticPart], pen: np.ndarray, start: np.ndarray | None = None
+) -> np.ndarray:
+    """The penalised logistic fit on `parts` (outputs x features), by damped Newton."""
+    outputs, dims = parts[0].y.shape[1], parts[0].x.shape[1]
+    pen_rows = _full_penalty(pen, outputs)
+    beta = np.zeros((outputs, dims)) if start is None else start.copy()
+    loss = _loss(parts, beta, pen_rows)
+    for _ in range(NEWTON_STEPS):
+        gradient = sum(_gradient(p, beta) for p in parts) - pen_rows * beta
+        hessian = sum(part_hessian(p, beta) for p in parts) + np.diag(pen_rows.ravel())
+        step = _solve(hessian, gradient.ravel()).reshape(beta.shape)
+        scale = 1.0
+        while scale > 1e-4:
+            trial = beta + scale * step
+            trial_loss = _loss(parts, trial, pen_rows)
+            if trial_loss <= loss + 1e-12 * abs(loss):
+                break
+            scale /= 2
+        beta, loss = trial, trial_loss
+        if float(np.max(np.abs(scale * step))) < TOLERANCE:
+            break
+    return beta
+
+
+def coalition_fits(
+    parts: Sequence[LogisticPart],
+    full: np.ndarray,
+    hessians: Sequence[np.ndarray],
+    coalitions: Sequence[Sequence[int]],
+    pens: Sequence[np.ndarray],
+) -> list[np.ndarray]:
+    """Each coalition's logistic fit (coalitions: lists of part indices), from the fit on
+    every part `full` and the parts' Hessians there (module docstring)."""
+    outputs = full.shape[0]
+    pen_rows = [_full_penalty(p, outputs) for p in pens]
+    factors: list[Any] = []
+    for c, pr in zip(coalitions, pen_rows, strict=True):
+        try:
+            factors.append(cho_factor(sum(hessians[i] for i in c) + np.diag(pr.ravel())))
+        except np.linalg.LinAlgError:
+            factors.append(None)  # numerically singular: full Newton below
+    betas = np.repeat(full[None], len(coalitions), axis=0)
+    active = [i for i, f in enumerate(factors) if f is not None]
+    slow = [i for i, f in enumerate(factors) if f is None]
+    for _ in range(CHORD_STEPS):
+        gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
+        moving = []
+        for row, i in enumerate(active):
+            step = cho_solve(factors[i], (gradients[row] - pen_rows[i] * betas[i]).ravel())
+            betas[i] += step.reshape(full.shape)
+            if float(np.max(np.abs(step))) >= TOLERANCE:
+                moving.append(i)
+        active = moving
+        if not active:
+            break
+    for i in [*slow, *active]:  # no factor, or slow by chords: full Newton from where they are
+        betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
+    return list(betas)
+
+
+def _gradients(
+    parts: Sequence[LogisticPart], betas: np.ndarray, coalitions: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """Log-likelihood gradients of many coalitions at their own coefficients: per part, one
+    product for every coalition holding it (chunked)."""
+    total = np.zeros_like(betas)
+    count, outputs, dims = betas.shape
+    for index, part in enumerate(parts):
+        holders = np.asarray([k for k in range(count) if index in coalitions[k]], dtype=int)
+        chunk = max(1, CHUNK_CELLS // max(len(part.x) * outputs, 1))
+        for start in range(0, len(holders), chunk):
+            ids = holders[start : start + chunk]
+            flat = betas[ids].reshape(-1, dims)  # (coalitions x outputs) x features
+            eta = (part.x @ flat.T).reshape(len(part.x), len(ids), outputs)
+            residual = (part.y[:, None, :] - probabilities(eta)) * part.weight[:, None, None]
+            grad = part.x.T @ residual.reshape(len(part.x), -1)  # features x (ids x outputs)
+            total[ids] += grad.T.reshape(len(ids), outputs, dims)
+    return total
+
+
+def _solve(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    try:
+        return np.asarray(np.linalg.solve(matrix, rhs))
+    except np.linalg.LinAlgError:
+        return np.asarray(np.linalg.lstsq(matrix, rhs, rcond=None)[0])
