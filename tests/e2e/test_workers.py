@@ -30,7 +30,8 @@ from tests.support.processes import (
 )
 from tests.support.workers import Connection, connections_per_worker, worker_pids
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, so its two-worker server (module fixture) starts once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("api-workers")]
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
