@@ -43,6 +43,8 @@ def scratch_database() -> Iterator[str]:
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
+        # As for the session database (tests/conftest.py): no wait for the WAL flush.
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
     yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
