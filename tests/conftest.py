@@ -1,8 +1,9 @@
 """Shared fixtures: every store-backed test runs on SQLite and on the real PostgreSQL.
 
-PostgreSQL: one fresh database per test session (per xdist worker), migrated once and
-truncated between tests. Outside CI a missing PostgreSQL skips those tests; with CI=true it
-fails them. S3 and SQS come from moto's server mode over real HTTP.
+PostgreSQL: one fresh database per test session (per xdist worker), migrated and seeded once,
+then put back to that seeded state before each test (tests/support/pg_reset.py). Outside CI a
+missing PostgreSQL skips those tests; with CI=true it fails them. S3 and SQS come from moto's
+server mode over real HTTP.
 """
 
 from __future__ import annotations
