@@ -1,8 +1,9 @@
 """Shared fixtures: every store-backed test runs on SQLite and on the real PostgreSQL.
 
-PostgreSQL: one fresh database per test session (per xdist worker), migrated once and
-truncated between tests. Outside CI a missing PostgreSQL skips those tests; with CI=true it
-fails them. S3 and SQS come from moto's server mode over real HTTP.
+PostgreSQL: one fresh database per test session (per xdist worker), migrated and seeded once,
+then put back to that seeded state before each test (tests/support/pg_reset.py). Outside CI a
+missing PostgreSQL skips those tests; with CI=true it fails them. S3 and SQS come from moto's
+server mode over real HTTP.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipeline.core.migrate import upgrade  # noqa: E402
 from pipeline.core.tables import Base  # noqa: E402
 from pipeline.models.registry import seed_demo_model  # noqa: E402
 from tests.support.live_server import serve  # noqa: E402
+from tests.support.pg_reset import PgReset  # noqa: E402
 
 PG_HOST = os.environ.get("TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TEST_PG_PORT", "5432"))
@@ -77,12 +79,27 @@ def pg_base_url() -> Iterator[str]:
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
+        # A commit need not wait for its WAL flush: only a crash of the server itself could
+        # lose one, and a throw-away test database does not outlive the server.
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
     url = _with_database(PG_ADMIN_URL, name)
     upgrade(url)
     yield url
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_reset(pg_base_url: str) -> Iterator[PgReset]:
+    """The session database emptied and seeded with the demo model once, then snapshotted."""
+    _truncate_all(pg_base_url)
+    db = Database(pg_base_url)
+    seed_demo_model(db)
+    db.dispose()
+    reset = PgReset(pg_base_url)
+    yield reset
+    reset.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -118,12 +135,9 @@ def database_url(
         path = tmp_path / "marketplace.db"
         shutil.copyfile(sqlite_template, path)
         return f"sqlite:///{path}"
-    url: str = request.getfixturevalue("pg_base_url")
-    _truncate_all(url)
-    db = Database(url)
-    seed_demo_model(db)
-    db.dispose()
-    return url
+    reset: PgReset = request.getfixturevalue("pg_reset")
+    reset.reset()
+    return reset.url
 
 
 @pytest.fixture

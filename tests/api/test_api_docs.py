@@ -19,7 +19,8 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     tracked_page,
 )
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, so Chromium (module fixture) starts once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("api-docs")]
 
 
 def _own(page: Page, path: str) -> bool:

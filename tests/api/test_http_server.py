@@ -39,6 +39,8 @@ LIMITS = {
 }
 # Slack for a loaded 2-core machine on top of each deadline.
 SLACK = 2.5
+# One xdist worker runs the whole module, so its server (module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("http-server")
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,8 @@ from tests.support.browser import (  # noqa: F401 - fixtures
 )
 from tests.support.pipeline import WALLET_A, add_benchmark, run_pipeline, services
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, so Chromium (module fixture) starts once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web-form")]
 
 
 def _ready(page: Any) -> None:

@@ -4,7 +4,8 @@ One `dagster-webserver` and one `dagster-daemon` (the run queue, backfills) serv
 this module, on a temp DAGSTER_HOME with the repository's dagster.yaml; each test works on a
 model of its own. The mutations are the ones the UI sends: "Materialize" (a run of the implicit
 asset job with only the partition's tag), "Materialize all" (an asset backfill), "Terminate",
-"Re-execute all". The arrival sensor is kept from requesting runs (a debounce window of a year).
+"Re-execute all". The arrival sensor is kept from requesting runs (a debounce window of a year);
+the daemon's backfill loop wakes every 5 s, not 30 (tests/support/dagster_daemon.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tests.assets.test_dagster_ui import GraphQL, entries
 from tests.cli.test_dev_command import free_port
 from tests.conftest import TEST_ADMIN_TOKEN, TEST_JWT_SECRET
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
-from tests.support.processes import stop_group
+from tests.support.processes import stop_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_SECONDS = 300
@@ -167,8 +168,8 @@ class Dagster:
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [str(Path(sys.executable).with_name(command[0])), *command[1:]],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
 
 
@@ -203,17 +204,19 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
         "PYTHONUNBUFFERED": "1",
     }
     port = free_port()
-    web = _start(["dagster-webserver", "-h", "127.0.0.1", "-p", str(port), "-w",
-                  "workspace.yaml"], env, home / "webserver.log")  # fmt: skip
-    daemon = _start(["dagster-daemon", "run", "-w", "workspace.yaml"], env, home / "daemon.log")
+    webserver = str(Path(sys.executable).with_name("dagster-webserver"))
+    web = _start([webserver, "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+                  env, home / "webserver.log")  # fmt: skip
+    # Dagster's own daemon, its backfill loop waking every 5 s instead of 30 (see the module).
+    daemon = _start([sys.executable, "-m", "tests.support.dagster_daemon", "run", "-w",
+                     "workspace.yaml"], env, home / "daemon.log")  # fmt: skip
     db = Database.from_settings(settings)
     try:
         gql = GraphQL(f"http://127.0.0.1:{port}", home)
         gql.wait_for_code_location()
         yield Dagster(gql, db, LocalObjectStore(settings.objects_dir), home)
     finally:
-        stop_group(daemon)
-        stop_group(web)
+        stop_groups([daemon, web])
         db.dispose()
 
 

@@ -30,7 +30,8 @@ from tests.support.processes import (
 )
 from tests.support.workers import Connection, connections_per_worker, worker_pids
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, so its two-worker server (module fixture) starts once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("api-workers")]
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
@@ -42,6 +43,8 @@ def scratch_database() -> Iterator[str]:
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
+        # As for the session database (tests/conftest.py): no wait for the WAL flush.
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
     yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -22,7 +22,8 @@ from tests.support.valuation import CANCER
 
 BENCH, REST = CANCER.iloc[:169], CANCER.iloc[169:].reset_index(drop=True)
 # Starts worker processes (each imports pandas and scikit-learn).
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, so its Dask cluster (module fixture) starts once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fit-engine")]
 
 
 @pytest.fixture(scope="module")

@@ -147,11 +147,19 @@ def log_of(tmp_path: Path) -> str:
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
     """SIGTERM a process started in its own session, and its whole group; SIGKILL after `grace`."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    stop_groups([proc], grace)
+
+
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace: float = 20) -> None:
+    """`stop_group` for several processes at once: all are signalled before any is waited for,
+    so their shutdowns overlap."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
