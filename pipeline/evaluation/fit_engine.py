@@ -88,9 +88,9 @@ def _native_threads() -> Any:
 
     BLAS's thread pool is the process's: two fits side by side on a 2-core machine would each
     start one BLAS thread per core, and on a loaded machine spinning threads bill their waits
-    as CPU time. OpenMP's limit is per calling
-    thread: `pipeline.models.single_thread` sets it around the fits that use it. Dask workers
-    start with one thread of each (distributed's `pre-spawn-environ`).
+    as CPU time. OpenMP's limit is per calling thread: `pipeline.models.single_thread` sets it
+    around the fits that use it. Dask workers start with one thread of each (distributed's
+    `pre-spawn-environ`).
     """
     from threadpoolctl import threadpool_limits
 
