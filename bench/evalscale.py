@@ -20,10 +20,11 @@ Every fit and the valuation's own work run on one native thread per fit (BLAS an
 fit threads. Cases whose one fit takes under `REPEAT_BELOW_SECONDS` are measured twice, fit and
 batches alike, and the better of the two kept.
 
-The run must end within `--budget` seconds (default 540, under 10 minutes with start-up): a
-(size, estimator) whose predicted wall time (its fits, one fit grown from that estimator's
-measured fits as rows^k, k from the last two sizes and at least 1) does not fit in what is left
-is skipped, and the projection printed instead. Last line: `ratio: X` = the worst over the measured cases of
+The run must end within `--budget` seconds (default 540, under 10 minutes with start-up). Each
+estimator's smallest size runs first; then the case predicted cheapest (its fits, one fit grown
+from that estimator's measured fits as rows^k, k from the last two sizes and at least 1). A
+case that does not fit in what is left is skipped with the estimator's larger sizes, and their
+projections printed instead. Last line: `ratio: X` = the worst over the measured cases of
 (batch of 1, warm) / one fit (goal ≤ 1.3) and (batch of 16) / one fit / 3 (goal ≤ 1.0).
 """
 
@@ -34,6 +35,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,13 +111,15 @@ def run_case(
     cpu, wall, cold = timed(lambda: value(1, None))
     report(f"{prefix}_batch_1_cold", cpu, wall, cold, fit_cpu)
     for count in batches:
-        cpu, wall, warm = min(
-            (timed(lambda count=count: value(count, cold.without)) for _ in range(repeats)),
-            key=lambda measured: measured[0],
-        )
+        runs = [timed(partial(value, count, cold.without)) for _ in range(repeats)]
+        cpu, wall, warm = min(runs, key=first)
         report(f"{prefix}_batch_{count}_warm", cpu, wall, warm, fit_cpu)
         ratios[str(count)] = cpu / fit_cpu
     return ratios
+
+
+def first(measured: tuple[float, float, Any]) -> float:
+    return measured[0]
 
 
 def report(name: str, cpu: float, wall: float, valuation: Any, fit_cpu: float) -> None:
@@ -127,34 +131,46 @@ def report(name: str, cpu: float, wall: float, valuation: Any, fit_cpu: float) -
 
 
 def scale(args: argparse.Namespace, started: float, settings: ValuationSettings) -> list[float]:
+    """The cases, cheapest predicted first once each estimator's smallest size is measured, so
+    that the budget covers as many as it can; an estimator's larger sizes are only predicted
+    (and printed) once one of its sizes does not fit."""
     bench = pd.DataFrame(churn_rows(args.bench_rows, seed=1))
-    fits: dict[str, list[tuple[int, float]]] = {}
+    fits: dict[str, list[tuple[int, float]]] = {e: [] for e in args.estimators}
+    pending = {e: list(args.sizes) for e in args.estimators}
     worst: list[float] = []
-    for size in args.sizes:
-        for estimator in args.estimators:
-            measured = fits.setdefault(estimator, [])
-            if measured:
-                left = args.budget - (time.perf_counter() - started) - args.faithfulness_seconds
-                if not fits_in_budget(size, estimator, measured, len(args.batches), left):
-                    continue
-            ratios = run_case(size, estimator, bench, args.batches, settings)
-            measured.append((size, ratios["fit_wall"]))
-            if "1" in ratios:
-                worst.append(ratios["1"])
-            if "16" in ratios:
-                worst.append(ratios["16"] / 3)
+    while any(pending.values()):
+        cost, estimator = min(
+            (case_seconds(fits[e], pending[e][0], len(args.batches))[0], e)
+            for e in args.estimators
+            if pending[e]
+        )
+        left = args.budget - (time.perf_counter() - started) - args.faithfulness_seconds
+        if cost > left:
+            for size in pending.pop(estimator):
+                skipped(size, estimator, fits[estimator], len(args.batches), left)
+            continue
+        size = pending[estimator].pop(0)
+        ratios = run_case(size, estimator, bench, args.batches, settings)
+        fits[estimator].append((size, ratios["fit_wall"]))
+        if "1" in ratios:
+            worst.append(ratios["1"])
+        if "16" in ratios:
+            worst.append(ratios["16"] / 3)
     return worst
 
 
-def fits_in_budget(
-    size: int, estimator: str, measured: list[tuple[int, float]], batches: int, left: float
-) -> bool:
-    """Whether a case's predicted wall time fits in what is left; prints the projection if not.
+def case_seconds(
+    measured: list[tuple[int, float]], size: int, batches: int
+) -> tuple[float, int, float, float]:
+    """A case's predicted wall seconds, its fits, one fit's seconds and their growth exponent.
 
     One fit's time is grown from the estimator's measured fits as rows^k (k from the last two
-    sizes, else 1); a case costs about 2 + 2 + batches fits (one fit twice, a cold batch of 1,
-    each warm batch), measured twice below `REPEAT_BELOW_SECONDS`.
+    sizes, at least 1; 1 with one size); a case costs about 2 + 2 + batches fits (one fit
+    twice, a cold batch of 1, each warm batch), measured twice below `REPEAT_BELOW_SECONDS`.
+    Nothing measured yet: 0 (the case runs, and is the measurement).
     """
+    if not measured:
+        return 0.0, 0, 0.0, 1.0
     rows, seconds = measured[-1]
     exponent = 1.0
     if len(measured) > 1 and measured[-2][1] > 0:
@@ -163,14 +179,20 @@ def fits_in_budget(
         exponent = max(exponent, 1.0)  # never assume a fit grows slower than its rows
     fit = seconds * ((size + ROWS) / (rows + ROWS)) ** exponent
     count = 2 + 2 + batches if fit >= REPEAT_BELOW_SECONDS else 2 * (2 + batches) + 2
-    if count * fit <= left:
-        return True
+    return count * fit, count, fit, exponent
+
+
+def skipped(
+    size: int, estimator: str, measured: list[tuple[int, float]], batches: int, left: float
+) -> None:
+    """Print the projection of a case the budget cannot hold."""
+    cost, count, fit, exponent = case_seconds(measured, size, batches)
+    rows, seconds = measured[-1]
     print(
-        f"{size}_{estimator}_skipped: predicted {count * fit:.0f} s wall ({count} fits of about "
+        f"{size}_{estimator}_skipped: predicted {cost:.0f} s wall ({count} fits of about "
         f"{fit:.0f} s: {seconds:.1f} s at {rows} rows grown as rows^{exponent:.2f}), "
         f"{max(left, 0):.0f} s left"
     )
-    return False
 
 
 def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
