@@ -146,8 +146,9 @@ def scale(args: argparse.Namespace, started: float, settings: ValuationSettings)
         )
         left = args.budget - (time.perf_counter() - started) - args.faithfulness_seconds
         if cost > left:
-            for size in pending.pop(estimator):
+            for size in pending[estimator]:
                 skipped(size, estimator, fits[estimator], len(args.batches), left)
+            pending[estimator] = []
             continue
         size = pending[estimator].pop(0)
         ratios = run_case(size, estimator, bench, args.batches, settings)
