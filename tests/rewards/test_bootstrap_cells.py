@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pipeline.evaluation.metrics import Predictions
-from pipeline.rewards import valuation
-from pipeline.rewards.valuation import improvement_interval
+from pipeline.rewards import interval
+from pipeline.rewards.interval import improvement_interval
 
 ROWS = 4000
 
@@ -56,11 +56,11 @@ def test_the_interval_by_cells_is_the_row_by_row_interval(
         "resamples": 2000,
         "level": 0.95,
     }
-    assert valuation._cells(*pair) is not None  # these rows repeat: drawn by cell
+    assert interval._cells(*pair) is not None  # these rows repeat: drawn by cell
     by_cells = improvement_interval(*pair, **options)
     assert by_cells == improvement_interval(*pair, **options)  # seeded
-    monkeypatch.setattr(valuation, "_CELL_GAIN", ROWS + 1)  # every row drawn on its own
-    assert valuation._cells(*pair) is None
+    monkeypatch.setattr(interval, "_CELL_GAIN", ROWS + 1)  # every row drawn on its own
+    assert interval._cells(*pair) is None
     by_rows = improvement_interval(*pair, **options)
     assert by_cells.resamples == by_rows.resamples == 2000
     # Monte Carlo noise of a 2.5 % quantile of 2,000 resamples is about 0.06 standard errors.
@@ -74,8 +74,8 @@ def test_rows_that_barely_repeat_are_drawn_one_by_one() -> None:
     rng = np.random.default_rng(7)
     y = rng.normal(size=ROWS)
     pair = (Predictions("mae", y, y + rng.normal(size=ROWS)), Predictions("mae", y, y * 0.9))
-    assert valuation._cells(*pair) is None
+    assert interval._cells(*pair) is None
     scores = rng.random((ROWS, 2))
     labels = rng.integers(0, 2, ROWS)
     auc = (Predictions("roc_auc", labels, scores, (0, 1)),) * 2
-    assert valuation._cells(*auc) is None  # per-class scores: one cell per row
+    assert interval._cells(*auc) is None  # per-class scores: one cell per row
