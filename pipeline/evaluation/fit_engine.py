@@ -11,6 +11,9 @@ a small batch) are independent. They are handed to joblib, whose backend is eith
   machines (docs/operations.md). joblib scatters the large arguments (the training frame, the
   scorer with its benchmark) to the workers once per call.
 
+Each fit runs on one native thread (BLAS, OpenMP: `pipeline.models.estimators.THREADS`), so a
+fit's time does not depend on how many other fits or processes share the cores.
+
 Either way a fit is `BenchmarkScorer.predict`: what comes back is the benchmark predictions,
 never a model object.
 """
@@ -26,6 +29,7 @@ import pandas as pd
 
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.models.estimators import THREADS
 
 if TYPE_CHECKING:
     from pipeline.core.config import Settings
@@ -55,21 +59,42 @@ class FitEngine:
         """Train on each frame and predict the benchmark, in parallel; results in order."""
         if not frames:
             return []
-        if self.address is None and (self.workers == 1 or len(frames) == 1):
-            return [scorer.predict(frame) for frame in frames]
+        if self.address is None:
+            with _native_threads():
+                return self._local(scorer, frames)
         # joblib lazily: the API and the CLI import this package without fitting anything.
         from joblib import Parallel, delayed, parallel_config
 
         calls = [delayed(_predict)(scorer, frame) for frame in frames]
-        if self.address is None:
-            jobs = min(self.workers, len(frames))
-            return list(Parallel(n_jobs=jobs, backend="threading")(calls))
         with parallel_config(backend="dask", client=_client(self.address)):
             return list(Parallel(n_jobs=-1)(calls))
+
+    def _local(self, scorer: BenchmarkScorer, frames: Sequence[pd.DataFrame]) -> list[Predictions]:
+        if self.workers == 1 or len(frames) == 1:
+            return [scorer.predict(frame) for frame in frames]
+        from joblib import Parallel, delayed
+
+        calls = [delayed(_predict)(scorer, frame) for frame in frames]
+        jobs = min(self.workers, len(frames))
+        return list(Parallel(n_jobs=jobs, backend="threading")(calls))
 
 
 def _predict(scorer: BenchmarkScorer, frame: pd.DataFrame) -> Predictions:
     return scorer.predict(frame)
+
+
+def _native_threads() -> Any:
+    """BLAS limited to `THREADS` (one) thread for the fits of this process.
+
+    BLAS's thread pool is the process's: two fits side by side on a 2-core machine would each
+    start one BLAS thread per core, and on a loaded machine spinning threads bill their waits
+    as CPU time. OpenMP's limit is per calling thread: `pipeline.models.single_thread` sets it
+    around the fits that use it. Dask workers start with one thread of each (distributed's
+    `pre-spawn-environ`).
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=THREADS, user_api="blas")
 
 
 _addresses: set[str] = set()

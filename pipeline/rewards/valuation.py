@@ -33,7 +33,7 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   to the values they were given (one more model, where a replay would cost another budget).
 - **Significance**: the pool is paid only when the lower bound of a paired bootstrap
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
-  whole batch is within noise and rejected.
+  whole batch is within noise and rejected (`pipeline.rewards.interval`).
 
 Pure computation on DataFrames: `pipeline.evaluation.batch_valuation` reads and writes the database
 around it.
@@ -44,10 +44,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from pipeline.checks.disclosure import submitter_integrity
@@ -55,10 +54,10 @@ from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
     improvement_denominator,
-    metric_samples,
     metric_score,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.interval import Interval, improvement_interval
 from pipeline.rewards.shapley import (
     Coalition,
     coalitions_needed,
@@ -74,10 +73,6 @@ from pipeline.rewards.surrogate import SurrogateGame
 if TYPE_CHECKING:
     from pipeline.core.config import Settings
 
-# Fixed, so the same data always gets the same interval and the same shares.
-BOOTSTRAP_SEED = 20_231_123
-# Bootstrap weights are drawn in blocks of about this many cells (resamples x rows).
-_BLOCK_CELLS = 2_000_000
 
 # How the shares were computed: Shapley values exact or sampled (KernelSHAP), of the game
 # played with the model's estimator or with the surrogate (pipeline.rewards.surrogate).
@@ -114,24 +109,6 @@ class ValuationSettings:
             surrogate_max_base_rows=settings.valuation_surrogate_max_base_rows,
             engine=FitEngine.from_settings(settings),
         )
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A percentile bootstrap interval of an improvement, in percent."""
-
-    low: float
-    high: float
-    level: float
-    resamples: int
-    # The resamples' standard deviation: the standard error the try budget's bounds use.
-    se: float = math.nan
-
-    def describe(self) -> str:
-        return f"{self.level:.0%} interval [{self.low:+.2f}, {self.high:+.2f}] %"
-
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -191,43 +168,6 @@ class BatchValuation:
     @property
     def significant(self) -> bool:
         return self.interval is not None and self.interval.low > 0 and bool(self.accepted)
-
-
-def improvement_interval(
-    without: Predictions,
-    with_: Predictions,
-    *,
-    higher_is_better: bool,
-    denominator: float,
-    resamples: int,
-    level: float,
-    seed: int = BOOTSTRAP_SEED,
-) -> Interval:
-    """Paired percentile bootstrap of the improvement from `without` to `with_`, in percent.
-
-    Each resample draws the benchmark rows with replacement (the same rows for both models,
-    hence paired) and recomputes both metrics on it, vectorised over a block of resamples.
-    """
-    rows = len(without.y_true)
-    rng = np.random.default_rng(seed)
-    block = max(1, min(resamples, _BLOCK_CELLS // max(rows, 1)))
-    sign = 1.0 if higher_is_better else -1.0
-    gains: list[np.ndarray] = []
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        draws = rng.integers(0, rows, size=(size, rows))
-        offsets = (np.arange(size) * rows)[:, None]
-        counts = np.bincount((draws + offsets).ravel(), minlength=size * rows).reshape(size, rows)
-        gains.append(sign * (metric_samples(with_, counts) - metric_samples(without, counts)))
-        done += size
-    values = np.concatenate(gains) / denominator * 100.0
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return Interval(math.nan, math.nan, level, 0)
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return Interval(float(low), float(high), level, len(values), float(np.std(values)))
 
 
 # --- a batch -----------------------------------------------------------------------------------
