@@ -14,8 +14,8 @@ in 25,000 names an order number, which the PII pre-filter passes and Presidio cl
 A small upload first warms the server up (Presidio's analyzer loads on first use), so the
 timed upload measures the steady state. The server scans every text value for PII (pre-filter
 while the bytes arrive, Presidio on the candidates after the last byte) and fingerprints the rows
-in a second thread while they arrive; the same scan is repeated in-process for its figures. The server's peak RSS is its VmHWM (Linux, own server or
---server-pid).
+in a second thread while they arrive; the same scan is repeated in-process for its figures. The
+server's peak RSS is its VmHWM (Linux, own server or --server-pid).
 
 Prints `figure: value` lines and, last, `ratio: X` = upload seconds ÷ baseline seconds
 (goals: ratio ≤ 1.5, server peak RSS < 400 MB).
