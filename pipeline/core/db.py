@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.core.config import Settings
@@ -75,6 +75,14 @@ class Database:
                 yield session
         finally:
             session.close()
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection on which every statement is its own transaction, committed by the
+        database as it ends: for a one-statement write on a hot row, whose lock must not last
+        until this thread (one of many sharing the interpreter) gets round to COMMIT."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()
