@@ -7,10 +7,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.core.config import Settings
+from pipeline.core.sqlite_writers import serialize_writers
+
+# How long a writer waits for another to finish before it fails ("database is locked").
+SQLITE_BUSY_SECONDS = 30
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -18,7 +22,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
@@ -30,10 +34,12 @@ def make_engine(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
-            connect_args={"check_same_thread": False, "timeout": 30},
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS},
             hide_parameters=True,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
+        if path and path != ":memory:":
+            serialize_writers(engine, path, SQLITE_BUSY_SECONDS)
         return engine
     # A server that stops answering must fail a request in seconds (503), not hang it: libpq
     # waits forever by default. A connect_timeout in the URL wins.
@@ -75,6 +81,14 @@ class Database:
                 yield session
         finally:
             session.close()
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection on which every statement is its own transaction, committed by the
+        database as it ends: for a one-statement write on a hot row, whose lock must not last
+        until this thread (one of many sharing the interpreter) gets round to COMMIT."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -389,12 +389,16 @@ def allocate_version(db: Database, model_id: int) -> tuple[int, str]:
     """Hand out the model's next dataset version number in its own short transaction.
 
     Versions are monotonic per model; a failed write leaves a gap rather than reusing a
-    number whose object may already have been announced to the arrival queue.
+    number whose object may already have been announced to the arrival queue. The one
+    statement commits on its own: every contribution to a model updates this row, and in a
+    session its lock lasted until the thread came back to send COMMIT, which under 50
+    concurrent contributors (one process, one interpreter lock) queued requests behind it for
+    up to a second, in no fair order (bench/load.py, issue 19).
     """
     if not 1 <= model_id <= INT32_MAX:
         raise NotFound(f"model {model_id} not found")
-    with db.session() as session:
-        number = session.execute(
+    with db.autocommit() as conn:
+        number = conn.execute(
             update(Model)
             .where(Model.id == model_id)
             .values(last_version=Model.last_version + 1)
