@@ -51,6 +51,10 @@ PREFILTER_BYTES = 4 * 1024 * 1024
 # distinct values (pc.value_counts) rather than row by row.
 REPETITIVE_RATIO = 4
 
+# A column whose first pass passes fewer than one value in this many is pre-filtered through the
+# one-pass gate afterwards (`pii_prefilter.GATE`).
+GATED_RATIO = 64
+
 
 @dataclass(frozen=True)
 class PiiReport:
@@ -162,6 +166,7 @@ class PiiScanner:
         self._pending: dict[str, list[pa.Array]] = {name: [] for name in self.columns}
         self._pending_bytes = dict.fromkeys(self.columns, 0)
         self._repetitive: dict[str, bool] = {}  # decided on each column's first pass
+        self._gated: dict[str, bool] = {}  # likewise
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name` (a text or dictionary-of-text array)."""
@@ -182,11 +187,17 @@ class PiiScanner:
             arrays = [array.cast(pa.large_string()) for array in arrays]
         column = pa.chunked_array(arrays)
         counts = None
-        if self._repetitive.setdefault(name, _repetitive(column)):
+        if name not in self._repetitive:  # counting the distinct values costs a tenth of a pass
+            self._repetitive[name] = _repetitive(column)
+        if self._repetitive[name]:
             # Categories and codes: matching each distinct value once is cheaper than each row.
             tally = pc.value_counts(column)
             column, counts = tally.field("values"), tally.field("counts")
-        found, bits, passed = candidates(column, counts)
+        gated = self._gated.get(name, False)
+        found, bits, passed = candidates(column, counts, gated=gated)
+        if name not in self._gated:
+            values = len(column) if counts is None else int(pc.sum(counts).as_py() or 0)
+            self._gated[name] = passed * GATED_RATIO < values
         self.candidate_count += passed
         store = self._candidates[name]
         for value, mask in zip(found.to_pylist(), bits.tolist(), strict=True):
