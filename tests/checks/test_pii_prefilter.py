@@ -135,3 +135,23 @@ def test_ordinary_text_is_not_a_candidate() -> None:
         "",
     ]
     assert prefilter_entities(values) == {}
+
+
+@pytest.mark.parametrize("with_counts", [False, True], ids=["rows", "distinct values"])
+def test_the_one_pass_gate_passes_exactly_what_the_two_unions_pass(with_counts: bool) -> None:
+    # Long runs of letters and digits pass the gate without being wallets: they must not count.
+    values = [
+        *KNOWN,
+        *random_values(500, seed=11),
+        "token ABCDEFGHJKLMNPQRSTUVWXYZabcdefgh",
+        "sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        None,
+    ]
+    column = pa.array(values, pa.string())
+    counts = pa.array([index % 3 + 1 for index in range(len(values))], pa.int64())
+    given = counts if with_counts else None
+    plain = candidates(column, given)
+    gated = candidates(column, given, gated=True)
+    assert gated[0].to_pylist() == plain[0].to_pylist()
+    assert gated[1].tolist() == plain[1].tolist()
+    assert gated[2] == plain[2] > 0
