@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -135,13 +136,35 @@ class LogisticPart:
     y: np.ndarray
     weight: np.ndarray
 
+    @cached_property
+    def weighted_t(self) -> np.ndarray:
+        """(W X)ᵀ, features x rows: a gradient is (W X)ᵀ (Y − P), one product per pass."""
+        return np.ascontiguousarray((self.x * self.weight[:, None]).T)
+
+    @cached_property
+    def label_moment(self) -> np.ndarray:
+        """(W X)ᵀ Y as outputs x features: the part of the gradient that never changes."""
+        return np.asarray((self.weighted_t @ self.y).T)
+
 
 def probabilities(eta: np.ndarray) -> np.ndarray:
     """Class probabilities from linear predictors (last axis: one column binomial, else K)."""
+    return probabilities_in_place(np.array(eta, dtype="float64"))
+
+
+def probabilities_in_place(eta: np.ndarray) -> np.ndarray:
+    """`probabilities`, overwriting `eta` (a float64 array): the coalitions' passes hold
+    millions of cells, and each temporary costs as much as the arithmetic."""
     if eta.shape[-1] == 1:
-        return np.asarray(0.5 * (1.0 + np.tanh(0.5 * eta)))
-    shifted = np.exp(eta - eta.max(axis=-1, keepdims=True))
-    return np.asarray(shifted / shifted.sum(axis=-1, keepdims=True))
+        eta *= 0.5
+        np.tanh(eta, out=eta)
+        eta += 1.0
+        eta *= 0.5
+        return eta
+    eta -= eta.max(axis=-1, keepdims=True)
+    np.exp(eta, out=eta)
+    eta /= eta.sum(axis=-1, keepdims=True)
+    return eta
 
 
 def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
@@ -261,9 +284,9 @@ def _gradients(
             ids = holders[start : start + chunk]
             flat = betas[ids].reshape(-1, dims)  # (coalitions x outputs) x features
             eta = (part.x @ flat.T).reshape(len(part.x), len(ids), outputs)
-            residual = (part.y[:, None, :] - probabilities(eta)) * part.weight[:, None, None]
-            grad = part.x.T @ residual.reshape(len(part.x), -1)  # features x (ids x outputs)
-            total[ids] += grad.T.reshape(len(ids), outputs, dims)
+            proba = probabilities_in_place(eta).reshape(len(part.x), -1)
+            fitted = part.weighted_t @ proba  # features x (ids x outputs): (W X)ᵀ P
+            total[ids] += part.label_moment - fitted.T.reshape(len(ids), outputs, dims)
     return total
 
 
