@@ -24,7 +24,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -244,28 +243,29 @@ def coalition_fits(
     """Each coalition's logistic fit (coalitions: lists of part indices), from the fit on
     every part `full` and the parts' Hessians there (module docstring)."""
     outputs = full.shape[0]
-    pen_rows = [_full_penalty(p, outputs) for p in pens]
-    factors: list[Any] = []
-    for c, pr in zip(coalitions, pen_rows, strict=True):
+    pen_rows = np.stack([_full_penalty(p, outputs) for p in pens])
+    # Each coalition's chord matrix inverted once: a pass is then one batched product for
+    # every coalition, where a solve per coalition and pass cost more in calls than in work.
+    inverses = np.zeros((len(coalitions), full.size, full.size))
+    slow = []
+    for i, (c, pr) in enumerate(zip(coalitions, pen_rows, strict=True)):
         try:
-            factors.append(cho_factor(sum(hessians[i] for i in c) + np.diag(pr.ravel())))
+            factor = cho_factor(sum(hessians[j] for j in c) + np.diag(pr.ravel()))
         except np.linalg.LinAlgError:
-            factors.append(None)  # numerically singular: full Newton below
+            slow.append(i)  # numerically singular: full Newton below
+            continue
+        inverses[i] = cho_solve(factor, np.eye(full.size))
     betas = np.repeat(full[None], len(coalitions), axis=0)
-    active = [i for i, f in enumerate(factors) if f is not None]
-    slow = [i for i, f in enumerate(factors) if f is None]
+    active = np.setdiff1d(np.arange(len(coalitions)), slow)
     for _ in range(CHORD_STEPS):
         gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
-        moving = []
-        for row, i in enumerate(active):
-            step = cho_solve(factors[i], (gradients[row] - pen_rows[i] * betas[i]).ravel())
-            betas[i] += step.reshape(full.shape)
-            if float(np.max(np.abs(step))) >= TOLERANCE:
-                moving.append(i)
-        active = moving
-        if not active:
+        rhs = (gradients - pen_rows[active] * betas[active]).reshape(len(active), -1, 1)
+        steps = (inverses[active] @ rhs).reshape(len(active), *full.shape)
+        betas[active] += steps
+        active = active[np.max(np.abs(steps), axis=(1, 2)) >= TOLERANCE]
+        if not len(active):
             break
-    for i in [*slow, *active]:  # no factor, or slow by chords: full Newton from where they are
+    for i in [*slow, *active.tolist()]:  # no factor, or slow by chords: full Newton from there
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
     return list(betas)
 
