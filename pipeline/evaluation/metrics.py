@@ -218,6 +218,48 @@ def metric_samples(predictions: Predictions, weights: np.ndarray) -> np.ndarray:
     return _weighted_f1(w, y_true, outputs, predictions.classes)
 
 
+def value_columns(metric_name: str, y_true: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """A regression metric of each column of `outputs` (rows x predictors) at once: as
+    `metric_samples` with a row of ones, per column."""
+    y = y_true.astype("float64")
+    ones = np.ones(len(y))
+    errors = y[:, None] - outputs
+    if metric_name == "mae":
+        return np.asarray((ones @ np.abs(errors)) / len(y))
+    squared = (ones @ (errors * errors)) / len(y)
+    if metric_name == "rmse":
+        return np.asarray(np.sqrt(squared))
+    mean = (ones @ y) / len(y)
+    spread = (ones @ (y * y)) / len(y) - mean * mean
+    if spread > 0:
+        return np.asarray(1.0 - squared / spread)
+    return np.where(squared == 0, 1.0, 0.0)
+
+
+def code_columns(
+    metric_name: str, y_codes: np.ndarray, predicted: np.ndarray, labels: int, positive: int | None
+) -> np.ndarray:
+    """accuracy or f1 of each column of `predicted` (rows x predictors) at once, on integer
+    label codes (0 .. labels − 1, the same code for the same label in `y_codes`): as
+    `metric_samples` with a row of ones, without labels as objects. `positive`: the code of
+    the benchmark's positive class when it has two (binary f1), else None (macro f1 over the
+    labels present in the truth or the predictions)."""
+    if metric_name == "accuracy":
+        return np.asarray(np.mean(predicted == y_codes[:, None], axis=0))
+    scores, present = [], []
+    for label in [positive] if positive is not None else range(labels):
+        truth, said = (y_codes == label)[:, None], predicted == label
+        tp = np.count_nonzero(truth & said, axis=0).astype("float64")
+        denominator = 2 * tp + np.count_nonzero(truth ^ said, axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores.append(np.where(denominator > 0, 2 * tp / denominator, 0.0))
+        present.append(denominator > 0)
+    if positive is not None:
+        return scores[0]
+    counted = np.vstack(present)
+    return np.asarray(np.sum(np.vstack(scores) * counted, axis=0) / np.maximum(counted.sum(0), 1))
+
+
 def _weighted_f1(
     w: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray, classes: tuple[Any, ...]
 ) -> np.ndarray:

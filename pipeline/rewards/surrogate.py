@@ -35,9 +35,11 @@ import pandas as pd
 
 from pipeline.evaluation.metrics import (
     Predictions,
+    code_columns,
     improvement_denominator,
     metric_samples,
     sorted_labels,
+    value_columns,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
@@ -51,6 +53,7 @@ from pipeline.rewards.surrogate_fits import (
     objective_for,
     part_hessian,
     probabilities,
+    probabilities_in_place,
 )
 
 SAMPLE_SEED = 11
@@ -107,9 +110,10 @@ class SurrogateGame:
         self._transform([sample, *labelled[1:]], weight)
         self._fits: dict[frozenset[int], Any] = {}
         self._prepare_statistics()
+        # v(∅) = 0 first: "without" is scored apart, never in bulk (`_bulk_values`).
+        self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
         self.score_without = _score(self._predictions(frozenset()))
         self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
 
     def _transform(self, parts_frames: list[pd.DataFrame], weight: float) -> None:
         """The parts as rows of the model's own preprocessing, fitted once on all of them."""
@@ -209,6 +213,44 @@ class SurrogateGame:
                 [self._penalty(m) for m in members_list],
             )
             self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
+        self._bulk_values(missing)
+
+    def _bulk_values(self, coalitions: Sequence[frozenset[int]]) -> None:
+        """The values of fitted coalitions at once: one product of the benchmark rows with
+        every coalition's coefficients, then the metric on label codes or on the matrix of
+        values. roc_auc, coalitions missing a class and trivial baselines go one by one
+        (`_predictions`)."""
+        if self.scorer.metric.uses_probabilities:
+            return
+        full = len(self.classes) if self.classification else 0
+        done = [c for c in coalitions if c not in self._values and self._fits.get(c) is not None]
+        done = [c for c in done if len(self._fits[c][0] or ()) == full and self._members(c)]
+        if not done:
+            return
+        betas = np.stack([self._fits[c][1] for c in done])  # coalitions x [outputs x] features
+        eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
+        if self.classification:
+            proba = probabilities_in_place(eta.reshape(len(eta), len(done), -1))
+            # Binomial: the second class when its probability is above the first's (argmax).
+            codes = proba[..., 0] > 1.0 - proba[..., 0] if full == 2 else proba.argmax(axis=-1)
+            scores = self._code_scores(np.asarray(codes, dtype=np.intp))
+        else:
+            scores = value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
+        self._values.update(
+            (c, self._improvement(float(v))) for c, v in zip(done, scores, strict=True)
+        )
+
+    def _code_scores(self, predicted: np.ndarray) -> np.ndarray:
+        """accuracy or f1 of predicted class indices (into `self.classes`, one column per
+        coalition), on codes of the labels of the benchmark and the training rows."""
+        labels = sorted_labels(set(self.scorer.classes) | set(self.classes))
+        code = {label: i for i, label in enumerate(labels)}
+        y_codes = np.asarray([code[v] for v in self.scorer.y_true.tolist()], dtype=np.intp)
+        trained = np.asarray([code[v] for v in self.classes], dtype=np.intp)
+        bench = self.scorer.classes
+        positive = code[bench[-1]] if len(bench) == 2 else None
+        name = self.scorer.metric.name
+        return code_columns(name, y_codes, trained[predicted], len(labels), positive)
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         members = self._members(coalition)
@@ -235,10 +277,13 @@ class SurrogateGame:
     def value(self, coalition: frozenset[int]) -> float:
         """The surrogate's improvement with `coalition`, in percent (v(∅) = 0)."""
         if coalition not in self._values:
-            gain = _score(self._predictions(coalition)) - self.score_without
-            sign = 1.0 if self.higher_is_better else -1.0
-            self._values[coalition] = sign * gain / self.denominator * 100.0
+            self._values[coalition] = self._improvement(_score(self._predictions(coalition)))
         return self._values[coalition]
+
+    def _improvement(self, score: float) -> float:
+        gain = score - self.score_without
+        sign = 1.0 if self.higher_is_better else -1.0
+        return sign * gain / self.denominator * 100.0
 
 
 def _score(predictions: Predictions) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -135,13 +135,35 @@ class LogisticPart:
     y: np.ndarray
     weight: np.ndarray
 
+    @cached_property
+    def weighted_t(self) -> np.ndarray:
+        """(W X)ᵀ, features x rows: a gradient is (W X)ᵀ (Y − P), one product per pass."""
+        return np.ascontiguousarray((self.x * self.weight[:, None]).T)
+
+    @cached_property
+    def label_moment(self) -> np.ndarray:
+        """(W X)ᵀ Y as outputs x features: the part of the gradient that never changes."""
+        return np.asarray((self.weighted_t @ self.y).T)
+
 
 def probabilities(eta: np.ndarray) -> np.ndarray:
     """Class probabilities from linear predictors (last axis: one column binomial, else K)."""
+    return probabilities_in_place(np.array(eta, dtype="float64"))
+
+
+def probabilities_in_place(eta: np.ndarray) -> np.ndarray:
+    """`probabilities`, overwriting `eta` (a float64 array): the coalitions' passes hold
+    millions of cells, and each temporary costs as much as the arithmetic."""
     if eta.shape[-1] == 1:
-        return np.asarray(0.5 * (1.0 + np.tanh(0.5 * eta)))
-    shifted = np.exp(eta - eta.max(axis=-1, keepdims=True))
-    return np.asarray(shifted / shifted.sum(axis=-1, keepdims=True))
+        eta *= 0.5
+        np.tanh(eta, out=eta)
+        eta += 1.0
+        eta *= 0.5
+        return eta
+    eta -= eta.max(axis=-1, keepdims=True)
+    np.exp(eta, out=eta)
+    eta /= eta.sum(axis=-1, keepdims=True)
+    return eta
 
 
 def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
@@ -221,28 +243,29 @@ def coalition_fits(
     """Each coalition's logistic fit (coalitions: lists of part indices), from the fit on
     every part `full` and the parts' Hessians there (module docstring)."""
     outputs = full.shape[0]
-    pen_rows = [_full_penalty(p, outputs) for p in pens]
-    factors: list[Any] = []
-    for c, pr in zip(coalitions, pen_rows, strict=True):
+    pen_rows = np.stack([_full_penalty(p, outputs) for p in pens])
+    # Each coalition's chord matrix inverted once: a pass is then one batched product for
+    # every coalition, where a solve per coalition and pass cost more in calls than in work.
+    inverses = np.zeros((len(coalitions), full.size, full.size))
+    slow = []
+    for i, (c, pr) in enumerate(zip(coalitions, pen_rows, strict=True)):
         try:
-            factors.append(cho_factor(sum(hessians[i] for i in c) + np.diag(pr.ravel())))
+            factor = cho_factor(sum(hessians[j] for j in c) + np.diag(pr.ravel()))
         except np.linalg.LinAlgError:
-            factors.append(None)  # numerically singular: full Newton below
+            slow.append(i)  # numerically singular: full Newton below
+            continue
+        inverses[i] = cho_solve(factor, np.eye(full.size))
     betas = np.repeat(full[None], len(coalitions), axis=0)
-    active = [i for i, f in enumerate(factors) if f is not None]
-    slow = [i for i, f in enumerate(factors) if f is None]
+    active = np.setdiff1d(np.arange(len(coalitions)), slow)
     for _ in range(CHORD_STEPS):
         gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
-        moving = []
-        for row, i in enumerate(active):
-            step = cho_solve(factors[i], (gradients[row] - pen_rows[i] * betas[i]).ravel())
-            betas[i] += step.reshape(full.shape)
-            if float(np.max(np.abs(step))) >= TOLERANCE:
-                moving.append(i)
-        active = moving
-        if not active:
+        rhs = (gradients - pen_rows[active] * betas[active]).reshape(len(active), -1, 1)
+        steps = (inverses[active] @ rhs).reshape(len(active), *full.shape)
+        betas[active] += steps
+        active = active[np.max(np.abs(steps), axis=(1, 2)) >= TOLERANCE]
+        if not len(active):
             break
-    for i in [*slow, *active]:  # no factor, or slow by chords: full Newton from where they are
+    for i in [*slow, *active.tolist()]:  # no factor, or slow by chords: full Newton from there
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
     return list(betas)
 
@@ -261,9 +284,9 @@ def _gradients(
             ids = holders[start : start + chunk]
             flat = betas[ids].reshape(-1, dims)  # (coalitions x outputs) x features
             eta = (part.x @ flat.T).reshape(len(part.x), len(ids), outputs)
-            residual = (part.y[:, None, :] - probabilities(eta)) * part.weight[:, None, None]
-            grad = part.x.T @ residual.reshape(len(part.x), -1)  # features x (ids x outputs)
-            total[ids] += grad.T.reshape(len(ids), outputs, dims)
+            proba = probabilities_in_place(eta).reshape(len(part.x), -1)
+            fitted = part.weighted_t @ proba  # features x (ids x outputs): (W X)ᵀ P
+            total[ids] += part.label_moment - fitted.T.reshape(len(ids), outputs, dims)
     return total
 
 

@@ -322,7 +322,7 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     players = list(range(units))
     needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
     if units == 1 or game.coalition_rows(needed) <= settings.coalition_row_budget:
-        rounds = _play_rounds(game.value, game.prepare, units, settings)
+        rounds = _play_rounds(game.value, game.prepare, units, settings, replay=False)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
     surrogate = SurrogateGame(
         game.scorer,
@@ -331,8 +331,10 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
         max_base_rows=settings.surrogate_max_base_rows,
         higher_is_better=game.higher_is_better,
     )
-    surrogate.prepare(needed)  # the first round's coalitions, fitted at once
-    active, shares, rejected, _ = _play_rounds(surrogate.value, None, units, settings)
+    # Each round's coalitions are fitted at once; a sampled round costs no model: replayed.
+    active, shares, rejected, _ = _play_rounds(
+        surrogate.value, surrogate.prepare, units, settings, replay=True
+    )
     method = SURROGATE_EXACT if exact else SURROGATE_SAMPLED
     # The surrogate's values are in its own units: the accepted share the real pool by them.
     return method, surrogate.sample_rows, (active, shares, rejected, True)
@@ -350,14 +352,17 @@ def _units(players: Sequence[Player]) -> list[list[Player]]:
 
 def _play_rounds(
     value: Callable[[Coalition], float],
-    prepare: Callable[[Sequence[Coalition]], None] | None,
+    prepare: Callable[[Sequence[Coalition]], None],
     units: int,
     settings: ValuationSettings,
+    *,
+    replay: bool,
 ) -> Rounds:
     """Shapley rounds: units with a share not above 0 are rejected and the rest play again.
 
-    `prepare` trains a round's coalitions at once (the estimator's game); without it (the
-    surrogate, whose coalitions cost no training) every round is replayed, sampled or not.
+    `prepare` trains (or fits) a round's coalitions at once. With `replay` (the surrogate,
+    whose coalitions cost no training) every round is replayed, sampled or not; without it a
+    sampled round is not.
     Returns the units left, every unit's last share, the rejected units with why, and whether
     the shares left must be scaled to their own pool (a sampled round is not replayed).
     """
@@ -365,8 +370,7 @@ def _play_rounds(
     rejected: dict[int, str] = {}
     shares: dict[int, float] = {}
     while active:
-        if prepare is not None:
-            prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
+        prepare(coalitions_needed(active, settings.exact_max_players, settings.shapley_budget))
         exact = len(active) <= settings.exact_max_players
         if exact:
             round_shares = exact_shapley(active, value)
@@ -379,7 +383,7 @@ def _play_rounds(
         if not losing:
             break
         active = [i for i in active if round_shares[i] > 0]
-        if not exact and prepare is not None:
+        if not exact and not replay:
             # Replaying a sampled game would cost another budget of models: the rest share
             # their own pool in proportion to the values they were just given.
             return active, shares, rejected, True
