@@ -52,7 +52,7 @@ class FingerprintJob:
     """One upload's fingerprints, built in a worker thread into `out`.
 
     `source(wanted)` is a restartable stream of the file's `wanted` columns (`columns`: every
-    column of the file).
+    column of the file); `on_exit` is called when the thread ends, however it ends.
     """
 
     def __init__(
@@ -61,8 +61,10 @@ class FingerprintJob:
         columns: Sequence[str],
         source: Callable[[Sequence[str]], BatchSource],
         out: Path,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.plan = plan
+        self._on_exit = on_exit
         self.out = out
         self._columns = list(columns)
         self._source = source
@@ -108,6 +110,9 @@ class FingerprintJob:
         except BaseException as exc:  # reported by result(); after a cancel, nobody asks
             if not self._cancel.is_set():
                 self._error = exc
+        finally:
+            if self._on_exit is not None:
+                self._on_exit()
 
     def _cancellable(self, source: BatchSource) -> BatchSource:
         def batches() -> Iterator[pa.RecordBatch]:
