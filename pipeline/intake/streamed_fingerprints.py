@@ -5,9 +5,9 @@ after the last byte, that is a second read of the whole file on the critical pat
 intake (`pipeline.intake.receiving`) starts a `FingerprintJob` as soon as it knows the file's
 columns, given what the form declared before the file part (`FingerprintPlan`):
 
-- CSV: once the header has arrived. The job reads the temp file while it grows, through its own
-  reader (typed columns, pyarrow's record-aligned blocks), beside the network read, the profile
-  and the PII pre-filter, which read the same bytes as text in the intake's checking thread.
+- CSV: once the header has arrived. The job converts the text batches the intake's checking
+  thread profiles (`pipeline.intake.relayed_batches`: one parse of the file); where that might
+  differ from its typed reader, it reads the growing temp file with that reader instead.
 - Parquet: its footer comes last, so the job starts once the file is complete and the footer's
   claims are checked, and reads row group by row group beside the profile and the PII scan.
 
