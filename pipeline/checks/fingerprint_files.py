@@ -196,9 +196,10 @@ def build_fingerprints(
 ) -> FingerprintSummary:
     """Fingerprint every row of the batches into the file `out` (see the module docstring).
 
-    `open_batches` starts the stream; a stream raising RetypeColumns is started again.
+    `open_batches` starts the stream; a stream raising RetypeColumns is started again (once per
+    column turned to text, once when all are, once by `pipeline.intake.relayed_batches`).
     """
-    for _ in range(len(columns) + 2):
+    for _ in range(len(columns) + 3):
         try:
             return _build_once(
                 open_batches(),

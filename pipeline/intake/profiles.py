@@ -184,7 +184,7 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
     return CsvHead(columns=columns, text_columns=text)
 
 
-def csv_error_reason(exc: Exception) -> str:
+def csv_error_reason(exc: Exception, block_bytes: int = CSV_BLOCK_BYTES) -> str:
     """pyarrow's CSV error as a reason that never quotes the file's content."""
     message = str(exc)
     ragged = re.search(r"Expected (\d+) columns, got (\d+)", message)
@@ -196,22 +196,31 @@ def csv_error_reason(exc: Exception) -> str:
     if "invalid UTF8" in message:
         return "not a valid CSV file: it is not UTF-8 text"
     if "straddl" in message:
-        return f"not a valid CSV file: a row is longer than {CSV_BLOCK_BYTES} bytes"
+        return f"not a valid CSV file: a row is longer than {block_bytes} bytes"
     if "Empty CSV" in message:
         return "the file is empty; expected CSV or Parquet"
     return "not a valid CSV file"
 
 
-def profile_csv(stream: Any, head: CsvHead, pii: Settings | None) -> DatasetProfile:
+def profile_csv(
+    stream: Any,
+    head: CsvHead,
+    pii: Settings | None,
+    *,
+    block_bytes: int = CSV_BLOCK_BYTES,
+    on_batch: Callable[[pa.RecordBatch], None] | None = None,
+) -> DatasetProfile:
     """Read a CSV stream block by block (every column as text) into a profile.
 
     `pii`: the settings of the PII scan of the head's text columns (None: no scan).
+    `on_batch` is given every batch once profiled (the fingerprints' reader, which needs the
+    batches of its own `block_bytes`: `pipeline.intake.relayed_batches`).
     """
     builder = _ProfileBuilder(head.columns, head.text_columns, pii)
     convert = pacsv.ConvertOptions(
         column_types={name: pa.string() for name in head.columns}, strings_can_be_null=True
     )
-    options = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False)
+    options = pacsv.ReadOptions(block_size=block_bytes, use_threads=False)
     try:
         reader = pacsv.open_csv(
             stream, read_options=options, parse_options=_CSV_PARSE, convert_options=convert
@@ -220,8 +229,10 @@ def profile_csv(stream: Any, head: CsvHead, pii: Settings | None) -> DatasetProf
             raise InvalidInput("not a valid CSV file: the header could not be read")
         for batch in reader:
             builder.add(batch)
+            if on_batch is not None:
+                on_batch(batch)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise InvalidInput(csv_error_reason(exc)) from None
+        raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
     return builder.profile(CSV)
 
 

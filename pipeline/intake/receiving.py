@@ -36,11 +36,13 @@ from pipeline.intake.profiles import (
     read_csv_head,
     sniff_format,
 )
+from pipeline.intake.relayed_batches import BatchRelay, relayed_csv_batches
 from pipeline.intake.streamed_fingerprints import (
     FINGERPRINTS_FILENAME,
     FingerprintJob,
     FingerprintPlan,
 )
+from pipeline.store import dataset_batches
 from pipeline.store.dataset_batches import csv_batches, file_batches
 from pipeline.store.formats import (
     CSV,
@@ -199,6 +201,7 @@ class DatasetIntake:
         self._thread: threading.Thread | None = None
         self._plan: FingerprintPlan | None = None
         self.fingerprint_job: FingerprintJob | None = None
+        self._relay: BatchRelay | None = None
         self._progress = _Progress()
         self._hash = hashlib.sha256()
         # Locked while this intake lives, so a restart removes it only if its process died.
@@ -290,13 +293,19 @@ class DatasetIntake:
             return
         self.file_format = file_format
         if csv_head is not None:
-            self._start_fingerprints(
-                csv_head.columns, lambda wanted: csv_batches(self._growing_reader, wanted)
-            )
+            if self._plan is not None:
+                self._relay = BatchRelay()
+            self._start_fingerprints(csv_head.columns, self._csv_fingerprint_source)
             self._thread = threading.Thread(
                 target=self._check_csv, args=(csv_head,), name="upload-csv-check", daemon=True
             )
             self._thread.start()
+
+    def _csv_fingerprint_source(self, wanted: Sequence[str]) -> BatchSource:
+        file_source = csv_batches(self._growing_reader, wanted)
+        if self._relay is None:
+            return file_source
+        return relayed_csv_batches(self._relay, file_source)
 
     def _growing_reader(self) -> _GrowingFileReader:
         return _GrowingFileReader(self.path, self._progress)
@@ -310,13 +319,25 @@ class DatasetIntake:
         if self._plan is None:
             return
         out = self.dir / FINGERPRINTS_FILENAME
-        self.fingerprint_job = FingerprintJob(self._plan, columns, source, out)
+        on_exit = self._relay.detach if self._relay is not None else None
+        self.fingerprint_job = FingerprintJob(self._plan, columns, source, out, on_exit)
         self.fingerprint_job.start()
 
     def _check_csv(self, head: CsvHead) -> None:
+        relay = self._relay
         try:
             with self._growing_reader() as stream:
-                self._profile = profile_csv(stream, head, self.pii)
+                if relay is None:
+                    self._profile = profile_csv(stream, head, self.pii)
+                else:  # one parse: in the fingerprints' blocks, handed to them
+                    self._profile = profile_csv(
+                        stream,
+                        head,
+                        self.pii,
+                        block_bytes=dataset_batches.CSV_BLOCK_BYTES,
+                        on_batch=relay.put,
+                    )
+                    relay.finish()
         except _Aborted:
             pass
         except BaseException as exc:
@@ -324,6 +345,9 @@ class DatasetIntake:
                 self._failure = exc
                 if self.fingerprint_job is not None:
                     self.fingerprint_job.cancel()  # the upload is refused: spare the CPU
+        finally:
+            if relay is not None:
+                relay.abort()  # wakes a job waiting for batches that will not come
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None

@@ -5,9 +5,9 @@ after the last byte, that is a second read of the whole file on the critical pat
 intake (`pipeline.intake.receiving`) starts a `FingerprintJob` as soon as it knows the file's
 columns, given what the form declared before the file part (`FingerprintPlan`):
 
-- CSV: once the header has arrived. The job reads the temp file while it grows, through its own
-  reader (typed columns, pyarrow's record-aligned blocks), beside the network read, the profile
-  and the PII pre-filter, which read the same bytes as text in the intake's checking thread.
+- CSV: once the header has arrived. The job converts the text batches the intake's checking
+  thread profiles (`pipeline.intake.relayed_batches`: one parse of the file); where that might
+  differ from its typed reader, it reads the growing temp file with that reader instead.
 - Parquet: its footer comes last, so the job starts once the file is complete and the footer's
   claims are checked, and reads row group by row group beside the profile and the PII scan.
 
@@ -52,7 +52,7 @@ class FingerprintJob:
     """One upload's fingerprints, built in a worker thread into `out`.
 
     `source(wanted)` is a restartable stream of the file's `wanted` columns (`columns`: every
-    column of the file).
+    column of the file); `on_exit` is called when the thread ends, however it ends.
     """
 
     def __init__(
@@ -61,8 +61,10 @@ class FingerprintJob:
         columns: Sequence[str],
         source: Callable[[Sequence[str]], BatchSource],
         out: Path,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.plan = plan
+        self._on_exit = on_exit
         self.out = out
         self._columns = list(columns)
         self._source = source
@@ -108,6 +110,9 @@ class FingerprintJob:
         except BaseException as exc:  # reported by result(); after a cancel, nobody asks
             if not self._cancel.is_set():
                 self._error = exc
+        finally:
+            if self._on_exit is not None:
+                self._on_exit()
 
     def _cancellable(self, source: BatchSource) -> BatchSource:
         def batches() -> Iterator[pa.RecordBatch]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -23,6 +24,10 @@ CSV_BLOCK_BYTES = 256 * 1024
 CSV_HEAD_BYTES = 1024 * 1024
 PARQUET_BATCH_ROWS = 64 * 1024
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")
+# The CSV reader's defaults: its booleans are these spellings only, its numbers may be padded.
+_CSV_TRUE = pa.array(["1", "True", "TRUE", "true"])
+_CSV_BOOLEANS = pa.array(["1", "True", "TRUE", "true", "0", "False", "FALSE", "false"])
+_CSV_NUMBER_PADDING = " \t"
 
 
 class ByteStream(Protocol):
@@ -48,15 +53,13 @@ def file_batches(
     return lambda: _whole_file_batches(path, file_format, columns)
 
 
-def csv_batches(
-    open_stream: Callable[[], ByteStream], columns: Sequence[str]
-) -> Callable[[], Iterator[pa.RecordBatch]]:
+def csv_batches(open_stream: Callable[[], ByteStream], columns: Sequence[str]) -> CsvSource:
     """A restartable stream of `columns` of the CSV file `open_stream()` opens (each start).
 
     The stream may be a file still being written (`pipeline.intake.receiving`): its batches
     are those of the complete file, as long as every `read(n)` returns n bytes until its end.
     """
-    return _CsvSource(open_stream, columns)
+    return CsvSource(open_stream, columns)
 
 
 def _parquet_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -74,7 +77,7 @@ def _whole_file_batches(
     yield from table.to_batches(max_chunksize=PARQUET_BATCH_ROWS)
 
 
-class _CsvSource:
+class CsvSource:
     """CSV batches, typed from the first rows: numbers as float64, booleans, text (dictionary).
 
     Typed parsing is several times faster than parsing text in Python; when a later value
@@ -132,6 +135,21 @@ class _CsvSource:
                     raise RetypeColumns from None
                 yield batch
 
+    def convert(self, text: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The batch this source reads from the block `text` holds (all its columns read as
+        text, nulls as the typed reader sees them), or None where a value may not convert the
+        way the CSV reader converts it (the caller reads the file with this source instead)."""
+        arrays = []
+        for name, kind in self.types.items():
+            column = text.column(name)
+            try:
+                arrays.append(_convert_text(column, kind))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            if arrays[-1] is None:
+                return None
+        return pa.RecordBatch.from_arrays(arrays, names=list(self.types))
+
     def _retype(self, exc: Exception) -> None:
         found = _CSV_COLUMN.search(str(exc))
         name = self.header[int(found.group(1))] if found else None
@@ -141,3 +159,16 @@ class _CsvSource:
         if all(kind == self.TEXT for kind in self.types.values()):
             raise exc
         self.types = dict.fromkeys(self.types, self.TEXT)
+
+
+def _convert_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
+    """`column` (text) as the CSV reader's `kind`; None for a boolean it would not accept."""
+    if pa.types.is_dictionary(kind):
+        return pc.dictionary_encode(column)
+    if pa.types.is_boolean(kind):
+        known = pc.is_in(column, value_set=_CSV_BOOLEANS)
+        if pc.any(pc.and_(pc.is_valid(column), pc.invert(known))).as_py():
+            return None
+        true = pc.is_in(column, value_set=_CSV_TRUE)
+        return pc.if_else(pc.is_valid(column), true, pa.scalar(None, pa.bool_()))
+    return pc.cast(pc.utf8_trim(column, _CSV_NUMBER_PADDING), kind)

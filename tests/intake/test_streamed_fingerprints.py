@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
@@ -110,6 +111,112 @@ def test_streamed_fingerprints_are_the_sequential_builders_byte_for_byte(
         expected = sequential(received.path, file_format, received.profile.columns, tmp_path)
     assert summary.rows == ROWS // 3  # the evaluation split only
     assert streamed == expected
+
+
+TYPED_PLAN = FingerprintPlan(TARGET, ("calls", "fiber", "plan"), "test", "classification")
+
+
+def typed_csv(rows: int = ROWS, late: dict[str, str] | None = None) -> bytes:
+    """Padded numbers, missing values, the CSV reader's boolean spellings, and `late` values
+    put far past the first block."""
+    calls = [(" 3", "4 ", "", "NA", "12")[i % 5] for i in range(rows)]
+    fiber = [("True", "false", "1", "0", "TRUE", "")[i % 6] for i in range(rows)]
+    columns = {"calls": calls, "fiber": fiber}
+    for name, value in (late or {}).items():
+        columns[name][rows - 12] = value  # an evaluation row
+    lines = ["calls,fiber,plan,split,churned"] + [
+        f"{c},{f},plan {i % 7},{('train', 'test')[i % 3 == 0]},{i % 2}"
+        for i, (c, f) in enumerate(zip(columns["calls"], columns["fiber"], strict=True))
+    ]
+    return "\n".join(lines).encode() + b"\n"
+
+
+def streamed_and_sequential(data: bytes, tmp_path: Path) -> tuple[bytes, bytes]:
+    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
+        intake.plan_fingerprints(TYPED_PLAN)
+        for start in range(0, len(data), 3000):
+            intake.write(data[start : start + 3000])
+        received = intake.finish()
+        job = intake.fingerprint_job
+        assert job is not None
+        job.result()
+        streamed = job.out.read_bytes()
+        out = tmp_path / "sequential.fingerprints"
+        fingerprint_benchmark_file(
+            received.path,
+            CSV,
+            columns=received.profile.columns,
+            target_column=TARGET,
+            input_columns=TYPED_PLAN.input_columns,
+            task_type=TYPED_PLAN.task_type,
+            eval_split=TYPED_PLAN.eval_split,
+            out=out,
+            tmp_root=tmp_path,
+        )
+    return streamed, out.read_bytes()
+
+
+def test_the_job_fingerprints_the_checks_batches_without_reading_the_file_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    typed_read = dataset_batches.CsvSource.__call__
+
+    def counted(self: dataset_batches.CsvSource) -> Any:
+        reads.append(threading.get_ident())
+        return typed_read(self)
+
+    monkeypatch.setattr(dataset_batches.CsvSource, "__call__", counted)
+    streamed, expected = streamed_and_sequential(typed_csv(), tmp_path)
+    main = threading.get_ident()
+    assert [ident for ident in reads if ident != main] == []  # the job read no file itself
+    assert streamed == expected
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        {"fiber": "tRuE"},  # pyarrow's cast takes it, the CSV reader does not
+        {"fiber": " true"},
+        {"calls": "\u00a03"},  # padding the CSV reader does not strip
+        {"calls": " NA"},
+        {"calls": "3.5e2"},
+    ],
+)
+def test_a_converted_batch_is_the_typed_readers_or_none(
+    tmp_path: Path, late: dict[str, str]
+) -> None:
+    path = tmp_path / "b.csv"
+    path.write_bytes(typed_csv(late=late))
+    source = dataset_batches.csv_batches(lambda: path.open("rb"), ["calls", "fiber", "plan"])
+    converted = [source.convert(batch) for batch in csv_batches_as_text(path)]
+    try:
+        typed: list[pa.RecordBatch] | None = list(source())
+    except dataset_batches.RetypeColumns:
+        typed = None  # the typed reader restarts with the column as text
+    if typed is None:
+        assert None in converted
+    else:
+        assert converted == typed
+    # Either way the job's fingerprints are the sequential builder's.
+    streamed, expected = streamed_and_sequential(path.read_bytes(), tmp_path)
+    assert streamed == expected
+
+
+def csv_batches_as_text(path: Path) -> list[pa.RecordBatch]:
+    """The batches the intake's checks read (every column as text, the fingerprints' blocks)."""
+    columns = path.read_text().split("\n", 1)[0].split(",")
+    reader = pacsv.open_csv(
+        str(path),
+        read_options=pacsv.ReadOptions(
+            use_threads=False, block_size=dataset_batches.CSV_BLOCK_BYTES
+        ),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types=dict.fromkeys(columns, pa.string()), strings_can_be_null=True
+        ),
+    )
+    return list(reader)
 
 
 def test_closing_the_intake_mid_stream_cancels_the_job_and_removes_everything(

@@ -1,0 +1,104 @@
+"""One CSV parse for the checks and the fingerprints: the profile's batches handed over.
+
+With a fingerprint plan, the intake's checking thread reads the CSV as text in the block size
+of the fingerprints' typed reader (`pipeline.store.dataset_batches`) and gives every batch it
+has profiled to a `BatchRelay`; the fingerprint job converts each to the batch its typed
+reader would have read from the same block (`CsvSource.convert`), so the file is tokenized
+once and the fingerprints are the same, byte for byte. Where a value might convert otherwise
+(pyarrow's casts are not the CSV reader's rules), or once the job has restarted, the job reads
+the file with its own reader, as it did before.
+
+The relay holds a few batches: the checks wait for a slower job, never the other way round
+beyond that. The job leaves the relay when it stops (`detach`), so the checks never wait for
+a job that is gone; the checks `abort` it when they stop early, so the job never waits for them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from pipeline.checks.benchmark_fingerprints import BatchSource
+from pipeline.intake.streamed_fingerprints import FingerprintCancelled
+from pipeline.store.dataset_batches import CsvSource, RetypeColumns
+
+RELAY_BATCHES = 16
+
+
+class BatchRelay:
+    """A bounded hand-over of record batches from one thread to another, used once."""
+
+    def __init__(self, capacity: int = RELAY_BATCHES) -> None:
+        self._capacity = capacity
+        self._batches: deque[pa.RecordBatch] = deque()
+        self._ready = threading.Condition()
+        self._finished = False
+        self._aborted = False
+        self._detached = False
+
+    def put(self, batch: pa.RecordBatch) -> None:
+        with self._ready:
+            while len(self._batches) >= self._capacity and not self._detached:
+                self._ready.wait()
+            if not self._detached:
+                self._batches.append(batch)
+                self._ready.notify_all()
+
+    def finish(self) -> None:
+        """Every batch was put."""
+        with self._ready:
+            self._finished = True
+            self._ready.notify_all()
+
+    def abort(self) -> None:
+        """The producer stopped early (no-op after `finish`): the consumer is cancelled."""
+        with self._ready:
+            if not self._finished:
+                self._aborted = True
+                self._ready.notify_all()
+
+    def detach(self) -> None:
+        """The consumer is gone: later batches are dropped."""
+        with self._ready:
+            self._detached = True
+            self._batches.clear()
+            self._ready.notify_all()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            with self._ready:
+                while not self._batches and not self._finished and not self._aborted:
+                    self._ready.wait()
+                if self._aborted:
+                    raise FingerprintCancelled("the checks stopped reading the file")
+                if not self._batches:
+                    return
+                batch = self._batches.popleft()
+                self._ready.notify_all()
+            yield batch
+
+
+def relayed_csv_batches(relay: BatchRelay, file_source: CsvSource) -> BatchSource:
+    """`file_source`'s batches, converted from the relay's on the first start (see the module
+    docstring); every later start reads the file with `file_source`."""
+    started = False
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal started
+        if started:
+            yield from file_source()
+            return
+        started = True
+        try:
+            for text in relay.batches():
+                typed = file_source.convert(text)
+                if typed is None:
+                    raise RetypeColumns  # start again on the file, whose reader decides
+                yield typed
+        finally:
+            relay.detach()
+
+    return batches
