@@ -20,6 +20,7 @@ never a model object.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -60,7 +61,7 @@ class FitEngine:
         if not frames:
             return []
         if self.address is None:
-            with _native_threads():
+            with _native_threads:
                 return self._local(scorer, frames)
         # joblib lazily: the API and the CLI import this package without fitting anything.
         from joblib import Parallel, delayed, parallel_config
@@ -83,18 +84,40 @@ def _predict(scorer: BenchmarkScorer, frame: pd.DataFrame) -> Predictions:
     return scorer.predict(frame)
 
 
-def _native_threads() -> Any:
-    """BLAS limited to `THREADS` (one) thread for the fits of this process.
+class _NativeThreads:
+    """BLAS limited to `THREADS` (one) thread while any local fit of this process runs.
 
     BLAS's thread pool is the process's: two fits side by side on a 2-core machine would each
     start one BLAS thread per core, and on a loaded machine spinning threads bill their waits
-    as CPU time. OpenMP's limit is per calling thread: `pipeline.models.single_thread` sets it
-    around the fits that use it. Dask workers start with one thread of each (distributed's
-    `pre-spawn-environ`).
+    as CPU time. Because the limit is process-wide, overlapping callers (two valuations in
+    threads of one process) share one limit: the first sets it, the last restores it; each
+    saving and restoring its own would leave the process at the wrong count. OpenMP's limit
+    is per calling thread: `pipeline.models.single_thread` sets it around the fits that use it.
+    Dask workers start with one thread of each (distributed's `pre-spawn-environ`).
     """
-    from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=THREADS, user_api="blas")
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._limit: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                from threadpoolctl import threadpool_limits
+
+                self._limit = threadpool_limits(limits=THREADS, user_api="blas")
+            self._users += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._limit.restore_original_limits()
+                self._limit = None
+
+
+_native_threads = _NativeThreads()
 
 
 _addresses: set[str] = set()
