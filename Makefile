@@ -28,9 +28,9 @@ bubblewrap:
 		elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo -n"; \
 		else echo "make: $(BWRAP_HINT)"; exit 0; fi; \
 		echo "make: installing bubblewrap (the sandbox of models' own training code)"; \
-		$$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 \
-		|| { $$sudo apt-get update -qq >/dev/null 2>&1 \
-			&& $$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1; } \
+		$$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null \
+		|| { $$sudo apt-get update -qq >/dev/null \
+			&& $$sudo apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; } \
 		|| echo "make: apt-get could not install it; $(BWRAP_HINT)"; \
 	fi
 

@@ -182,14 +182,20 @@ class Settings(BaseSettings):
         """The signing secret: JWT_SECRET, else one generated once and kept in the data dir."""
         if self.jwt_secret is not None:
             return self.jwt_secret.get_secret_value()
-        path = self.data_dir / "jwt_secret"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(secrets.token_urlsafe(48))
-            tmp.chmod(0o600)
-            tmp.replace(path)
-        return path.read_text().strip()
+        return _kept_jwt_key(self.data_dir / "jwt_secret")
+
+
+@lru_cache(maxsize=8)
+def _kept_jwt_key(path: Path) -> str:
+    """The generated signing secret, read once per process (the session cookie's check runs on
+    the event loop: no file read per request)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(secrets.token_urlsafe(48))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return path.read_text().strip()
 
 
 def load_settings(**overrides: object) -> Settings:
