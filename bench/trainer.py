@@ -25,6 +25,7 @@ read-back stay small next to the fit).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import sys
 import tempfile
@@ -40,6 +41,7 @@ import pandas as pd
 
 from pipeline.core.config import load_settings
 from pipeline.demo.churn_data import churn_rows
+from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 from pipeline.sandbox.outcome import TrainerOutput
@@ -128,7 +130,7 @@ def evaluate(
     scorer: BenchmarkScorer, base: pd.DataFrame, contribution: pd.DataFrame
 ) -> BatchValuation:
     settings = ValuationSettings.from_settings(load_settings())
-    one_worker = ValuationSettings(settings.resamples, settings.level, 6, 128, workers=1)
+    one_worker = dataclasses.replace(settings, engine=FitEngine(workers=1))
     return value_batch(
         scorer, base, [Player("c", contribution)], higher_is_better=True, settings=one_worker
     )
