@@ -257,10 +257,14 @@ class SurrogateGame:
         """Codes of the benchmark's labels and of `self.classes` over the labels of both, their
         number and the benchmark's positive class's code (None without two classes): once,
         not per slice of coalitions (a Python pass over every benchmark row)."""
-        labels = sorted_labels(set(self.scorer.classes) | set(self.classes))
+        y_true = self.scorer.y_true
+        # A part's labels may be typed apart from the benchmark's (its file read on its own:
+        # "1" beside 1): as in `_predictions`, predicted labels take the benchmark's type.
+        classes = np.asarray(self.classes, dtype=object).astype(y_true.dtype).tolist()
+        labels = sorted_labels(set(self.scorer.classes) | set(classes))
         code = {label: i for i, label in enumerate(labels)}
-        y_codes = np.asarray([code[v] for v in self.scorer.y_true.tolist()], dtype=np.intp)
-        trained = np.asarray([code[v] for v in self.classes], dtype=np.intp)
+        y_codes = np.asarray([code[v] for v in y_true.tolist()], dtype=np.intp)
+        trained = np.asarray([code[v] for v in classes], dtype=np.intp)
         bench = self.scorer.classes
         positive = code[bench[-1]] if len(bench) == 2 else None
         return y_codes, trained, len(labels), positive

@@ -1,5 +1,6 @@
-"""The surrogate's bulk values taken in slices of coalitions (a large benchmark's cells do not
-fit in memory at once) are the values taken all at once."""
+"""The surrogate's bulk values: taken in slices of coalitions (a large benchmark's cells do not
+fit in memory at once) they are the values taken all at once, and labels typed apart from the
+benchmark's score as on the one-by-one path."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def test_values_in_slices_of_one_coalition_are_the_values_at_once(
     monkeypatch.setattr(SurrogateGame, "_chunk_scores", counted)
     assert _values(case) == at_once  # the same codes: the same counts
     assert slices == [1] * len(COALITIONS)
+
+
+def test_labels_typed_apart_from_the_benchmarks_score_as_one_by_one() -> None:
+    """Training labels read as text ("0", "1") against a benchmark of integers: the bulk values
+    are the values of the one-by-one path, which gives predictions the benchmark's type."""
+    frame, task, metric, recipe = CASES["binomial accuracy"]
+    n = len(frame)
+    bench = frame.iloc[: n // 3].assign(target=lambda f: f["target"].astype("int64"))
+    text = frame.iloc[n // 3 :].assign(target=lambda f: f["target"].astype("int64").astype(str))
+    base, parts = text.iloc[:60], [text.iloc[60:90], text.iloc[90:150], text.iloc[150:230]]
+    scorer = BenchmarkScorer(
+        bench, task_type=task, estimator=recipe, target_column="target", metric_name=metric
+    )
+    bulk = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    bulk.prepare(COALITIONS)
+    one_by_one = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    values = [bulk.value(c) for c in COALITIONS]
+    assert values == pytest.approx([one_by_one.value(c) for c in COALITIONS], abs=1e-9)
+    assert any(v != 0.0 for v in values)
