@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from pipeline.evaluation.metrics import (
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.surrogate_fits import (
+    CHUNK_CELLS,
     LogisticPart,
     Moments,
     coalition_fits,
@@ -228,29 +230,50 @@ class SurrogateGame:
         if not done:
             return
         betas = np.stack([self._fits[c][1] for c in done])  # coalitions x [outputs x] features
+        # Benchmark rows x coalitions x outputs cells (and temporaries as large) at once run
+        # out of memory on a large benchmark: coalitions in slices of about CHUNK_CELLS.
+        outputs = betas.shape[1] if betas.ndim == 3 else 1
+        chunk = max(1, CHUNK_CELLS // max(len(self.x_bench) * outputs, 1))
+        for start in range(0, len(done), chunk):
+            scores = self._chunk_scores(betas[start : start + chunk])
+            self._values.update(
+                (c, self._improvement(float(v)))
+                for c, v in zip(done[start : start + chunk], scores, strict=True)
+            )
+
+    def _chunk_scores(self, betas: np.ndarray) -> np.ndarray:
+        """The metric of each coalition's coefficients in `betas` (`_bulk_values`)."""
         eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
-        if self.classification:
-            proba = probabilities_in_place(eta.reshape(len(eta), len(done), -1))
-            # Binomial: the second class when its probability is above the first's (argmax).
-            codes = proba[..., 0] > 1.0 - proba[..., 0] if full == 2 else proba.argmax(axis=-1)
-            scores = self._code_scores(np.asarray(codes, dtype=np.intp))
-        else:
-            scores = value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
-        self._values.update(
-            (c, self._improvement(float(v))) for c, v in zip(done, scores, strict=True)
-        )
+        if not self.classification:
+            return value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
+        proba = probabilities_in_place(eta.reshape(len(eta), len(betas), -1))
+        # Binomial: the second class when its probability is above the first's (argmax).
+        two = len(self.classes) == 2
+        codes = proba[..., 0] > 1.0 - proba[..., 0] if two else proba.argmax(axis=-1)
+        return self._code_scores(np.asarray(codes, dtype=np.intp))
+
+    @cached_property
+    def _label_codes(self) -> tuple[np.ndarray, np.ndarray, int, int | None]:
+        """Codes of the benchmark's labels and of `self.classes` over the labels of both, their
+        number and the benchmark's positive class's code (None without two classes): once,
+        not per slice of coalitions (a Python pass over every benchmark row)."""
+        y_true = self.scorer.y_true
+        # A part's labels may be typed apart from the benchmark's (its file read on its own:
+        # "1" beside 1): as in `_predictions`, predicted labels take the benchmark's type.
+        classes = np.asarray(self.classes, dtype=object).astype(y_true.dtype).tolist()
+        labels = sorted_labels(set(self.scorer.classes) | set(classes))
+        code = {label: i for i, label in enumerate(labels)}
+        y_codes = np.asarray([code[v] for v in y_true.tolist()], dtype=np.intp)
+        trained = np.asarray([code[v] for v in classes], dtype=np.intp)
+        bench = self.scorer.classes
+        positive = code[bench[-1]] if len(bench) == 2 else None
+        return y_codes, trained, len(labels), positive
 
     def _code_scores(self, predicted: np.ndarray) -> np.ndarray:
         """accuracy or f1 of predicted class indices (into `self.classes`, one column per
         coalition), on codes of the labels of the benchmark and the training rows."""
-        labels = sorted_labels(set(self.scorer.classes) | set(self.classes))
-        code = {label: i for i, label in enumerate(labels)}
-        y_codes = np.asarray([code[v] for v in self.scorer.y_true.tolist()], dtype=np.intp)
-        trained = np.asarray([code[v] for v in self.classes], dtype=np.intp)
-        bench = self.scorer.classes
-        positive = code[bench[-1]] if len(bench) == 2 else None
-        name = self.scorer.metric.name
-        return code_columns(name, y_codes, trained[predicted], len(labels), positive)
+        y_codes, trained, labels, positive = self._label_codes
+        return code_columns(self.scorer.metric.name, y_codes, trained[predicted], labels, positive)
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         members = self._members(coalition)

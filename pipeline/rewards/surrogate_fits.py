@@ -257,12 +257,17 @@ def coalition_fits(
         inverses[i] = cho_solve(factor, np.eye(full.size))
     betas = np.repeat(full[None], len(coalitions), axis=0)
     active = np.setdiff1d(np.arange(len(coalitions)), slow)
+    # The active coalitions' inverses, cut only when some converge: indexing the (coalitions,
+    # n, n) stack on every pass copied all of it (n in the thousands with one-hot columns).
+    inv = np.delete(inverses, slow, axis=0) if slow else inverses
     for _ in range(CHORD_STEPS):
         gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
         rhs = (gradients - pen_rows[active] * betas[active]).reshape(len(active), -1, 1)
-        steps = (inverses[active] @ rhs).reshape(len(active), *full.shape)
+        steps = (inv @ rhs).reshape(len(active), *full.shape)
         betas[active] += steps
-        active = active[np.max(np.abs(steps), axis=(1, 2)) >= TOLERANCE]
+        moved = np.max(np.abs(steps), axis=(1, 2)) >= TOLERANCE
+        if not moved.all():
+            active, inv = active[moved], inv[moved]
         if not len(active):
             break
     for i in [*slow, *active.tolist()]:  # no factor, or slow by chords: full Newton from there
