@@ -193,6 +193,7 @@ class SurrogateGame:
                 gram = sum(self.grams[i] for i in members)
                 moment = sum(self.moments_y[i] for i in members)
                 self._fits[c] = (None, least_squares(gram, moment, self._penalty(members)))
+            self._bulk_values(missing)
             return
         chords: list[frozenset[int]] = []
         for c in missing:
