@@ -34,6 +34,7 @@ from pipeline.core.db import Database  # noqa: E402
 from pipeline.core.migrate import upgrade  # noqa: E402
 from pipeline.core.tables import Base  # noqa: E402
 from pipeline.models.registry import seed_demo_model  # noqa: E402
+from pipeline.store.objectstore import LocalObjectStore  # noqa: E402
 from tests.support.live_server import serve  # noqa: E402
 from tests.support.pg_reset import PgReset  # noqa: E402
 
@@ -167,6 +168,20 @@ def db(settings: Settings) -> Iterator[Database]:
     database = Database.from_settings(settings)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def store(settings: Settings) -> LocalObjectStore:
+    return LocalObjectStore(settings.objects_dir)
+
+
+@pytest.fixture
+def instance() -> Iterator[Any]:
+    """An ephemeral Dagster instance (dagster imported only by the tests that ask for one)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.ephemeral() as ephemeral:
+        yield ephemeral
 
 
 @pytest.fixture

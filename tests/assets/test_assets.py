@@ -9,7 +9,6 @@ or in a later re-score of it. (The same seen through the webserver: test_dagster
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -20,10 +19,7 @@ from assets import ASSET_CHECKS, ASSETS, JOBS
 from assets.partitions import (
     EVALUATION_JOB,
     TAG_CONCURRENCY,
-    TAG_TRIGGER,
-    TAG_VERSIONS,
     dataset_versions,
-    partition_key,
 )
 from assets.resources import MarketplaceResource, resource_defs
 from pipeline.core.config import Settings
@@ -32,6 +28,7 @@ from pipeline.core.tables import Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.intake.catalog import version_facts
 from pipeline.store.objectstore import LocalObjectStore
+from tests.support.dagster_runs import materialize
 from tests.support.pipeline import (
     WALLET_A,
     add_benchmark,
@@ -63,40 +60,6 @@ CHECK_NAMES = {
 
 # The domain runs on both backends in test_processing.py; here only the good path does too.
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
-
-
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
-def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.DagsterInstance.ephemeral() as ephemeral:
-        yield ephemeral
-
-
-def materialize(
-    settings: Settings,
-    instance: dg.DagsterInstance,
-    model_id: int,
-    versions: list[str],
-    *,
-    trigger: str = "arrival",
-    selection: list[str] | None = None,
-) -> dg.ExecuteInProcessResult:
-    """Materialize every asset (and check) for the partition of the newest of `versions`."""
-    keys = [partition_key(model_id, v) for v in versions]
-    instance.add_dynamic_partitions(dataset_versions.name, keys)
-    return dg.materialize(
-        [*ASSETS, *ASSET_CHECKS],
-        partition_key=keys[-1],
-        instance=instance,
-        resources=resource_defs(settings),
-        tags={TAG_TRIGGER: trigger, TAG_VERSIONS: ",".join(versions)},
-        raise_on_error=False,
-        selection=selection,
-    )
 
 
 def materializations(result: dg.ExecuteInProcessResult, asset: str) -> list[Any]:

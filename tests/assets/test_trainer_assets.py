@@ -7,20 +7,17 @@ stderr, and the contribution goes back to `queued`, unpaid.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from assets import ASSET_CHECKS, ASSETS
-from assets.partitions import TAG_TRIGGER, TAG_VERSIONS, dataset_versions, partition_key
-from assets.resources import MARKETPLACE, MarketplaceResource
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import QUEUED, REWARDED
 from pipeline.sandbox.runs import bwrap_path
 from pipeline.store.objectstore import LocalObjectStore
+from tests.support.dagster_runs import materialize
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
 from tests.support.trainers import FAILING_TRAINER, GOOD_TRAINER, owner_model
 
@@ -28,32 +25,6 @@ pytestmark = [
     pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed"),
     pytest.mark.parametrize("backend", ["sqlite"]),
 ]
-
-
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
-def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.DagsterInstance.ephemeral() as ephemeral:
-        yield ephemeral
-
-
-def materialize(
-    settings: Settings, instance: dg.DagsterInstance, model_id: int, versions: list[str]
-) -> dg.ExecuteInProcessResult:
-    keys = [partition_key(model_id, v) for v in versions]
-    instance.add_dynamic_partitions(dataset_versions.name, keys)
-    return dg.materialize(
-        [*ASSETS, *ASSET_CHECKS],
-        partition_key=keys[-1],
-        instance=instance,
-        resources={MARKETPLACE: MarketplaceResource.from_settings(settings)},
-        tags={TAG_TRIGGER: "arrival", TAG_VERSIONS: ",".join(versions)},
-        raise_on_error=False,
-    )
 
 
 def step_log(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> str:

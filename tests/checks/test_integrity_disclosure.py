@@ -36,11 +36,6 @@ OWNER = "olga"
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Iterator[Services]:
     yield Services(settings, db=db, store=store)
 

@@ -38,11 +38,6 @@ from tests.support.pipeline import (
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Iterator[Services]:
     yield Services(settings, db=db, store=store)
 

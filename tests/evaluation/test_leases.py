@@ -39,11 +39,6 @@ LEASE = 600  # CLAIM_LEASE_SECONDS' default
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Iterator[Services]:
     yield Services(settings, db=db, store=store)
 

@@ -34,11 +34,6 @@ pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not 
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Iterator[Services]:
     yield Services(settings, db=db, store=store)
 

@@ -56,11 +56,6 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(settings: Settings, db: Database, store: LocalObjectStore) -> Services:
     return Services(settings, db=db, store=store)
 

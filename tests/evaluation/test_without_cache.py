@@ -43,11 +43,6 @@ BENCH = CANCER.iloc[:169]
 
 
 @pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
-@pytest.fixture
 def svc(
     make_settings: Callable[..., Settings], db: Database, store: LocalObjectStore
 ) -> Iterator[Services]:

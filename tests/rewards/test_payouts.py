@@ -17,7 +17,7 @@ from sqlalchemy import select
 from cli.main import main
 from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
-from pipeline.core.config import Settings, get_settings
+from pipeline.core.config import get_settings
 from pipeline.core.db import Database
 from pipeline.core.tables import (
     EVALUATING,
@@ -30,6 +30,7 @@ from pipeline.core.tables import (
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.claims import claim_batch
+from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch
@@ -48,11 +49,6 @@ from tests.support.valuation import CANCER, DIABETES, register_frame_model, rows
 
 # Few resamples keep the suite fast; the rules do not depend on the count.
 FAST = {"valuation_bootstrap_resamples": 200, "enable_pii_detection": False}
-
-
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
 
 
 @pytest.fixture
@@ -352,15 +348,14 @@ def test_tokens_are_capped_per_contribution_and_per_model_and_day(
     assert ledger(db, 1) == {first_id: 5.0}
 
 
-def test_a_batch_is_paid_all_or_nothing(
-    svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import pipeline.rewards.payouts as payouts
-
+def two_accepted(
+    svc: Services, db: Database, store: LocalObjectStore, seeds: tuple[int, int]
+) -> tuple[list[str], list[EvaluationOutcome]]:
+    """Two contributions (wallets A and B) valued together and both accepted, not yet paid."""
     add_benchmark(db, store)
     ids = [
         contribute(db, store, churn_rows(200, seed=s), with_manifest=manifest(w))
-        for s, w in ((11, WALLET_A), (12, WALLET_B))
+        for s, w in zip(seeds, (WALLET_A, WALLET_B), strict=True)
     ]
     batch = claim_batch(svc, 1, ids[-1][1], trigger="arrival")
     describe_batch(svc, batch)
@@ -369,6 +364,15 @@ def test_a_batch_is_paid_all_or_nothing(
     outcomes = evaluate_batch(svc, batch)
     accepted = [job_id for job_id, _ in ids if job(db, job_id).status == EVALUATING]
     assert len(accepted) == 2
+    return accepted, outcomes
+
+
+def test_a_batch_is_paid_all_or_nothing(
+    svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pipeline.rewards.payouts as payouts
+
+    accepted, outcomes = two_accepted(svc, db, store, seeds=(11, 12))
 
     write = payouts._write_payment
     calls = []
@@ -407,18 +411,7 @@ def test_two_concurrent_payers_of_one_valuation_pay_once(
 
     import pipeline.rewards.payouts as payouts
 
-    add_benchmark(db, store)
-    ids = [
-        contribute(db, store, churn_rows(200, seed=s), with_manifest=manifest(w))
-        for s, w in ((21, WALLET_A), (22, WALLET_B))
-    ]
-    batch = claim_batch(svc, 1, ids[-1][1], trigger="arrival")
-    describe_batch(svc, batch)
-    run_quality_checks(svc, batch)
-    run_pii_scans(svc, batch)
-    outcomes = evaluate_batch(svc, batch)
-    accepted = [job_id for job_id, _ in ids if job(db, job_id).status == EVALUATING]
-    assert len(accepted) == 2
+    accepted, outcomes = two_accepted(svc, db, store, seeds=(21, 22))
 
     read_members = payouts._valuation_members
     both_read = threading.Barrier(2, timeout=60)

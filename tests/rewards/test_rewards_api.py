@@ -29,11 +29,6 @@ from tests.support.pipeline import (
 Headers = Callable[..., dict[str, str]]
 
 
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
 def contribution_body(rows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"modelId": 1, "benchmarkSpecId": None, "rows": rows, **extra}
 

@@ -17,7 +17,6 @@ import pytest
 from sqlalchemy import select, update
 
 from pipeline.bootstrap import Services
-from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, REWARDED, Model, ValuationTry
 from pipeline.intake.contributions import contribution_view
@@ -32,11 +31,6 @@ from .test_payouts import FAST, cancer_model, diabetes_model
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 WALLET_D = "0x" + "d" * 40
-
-
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
 
 
 @pytest.fixture

@@ -149,12 +149,6 @@ def test_a_second_job_still_moving_keeps_the_version(db: Database, versions: Ver
 # --- the walk over a real Dagster instance ------------------------------------------------------
 
 
-@pytest.fixture
-def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.DagsterInstance.ephemeral() as ephemeral:
-        yield ephemeral
-
-
 def _register(instance: dg.DagsterInstance, versions: Versions) -> list[str]:
     keys = [*versions.keys(versions.all), "hand-made", partition_key(versions.model_id, "v999")]
     instance.add_dynamic_partitions(PARTITIONS_DEF_NAME, keys)

@@ -58,11 +58,6 @@ def test_which_keys_are_arrivals(key: str, expected: tuple[Any, ...] | None) -> 
 # --- recording --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def store(settings: Settings) -> LocalObjectStore:
-    return LocalObjectStore(settings.objects_dir)
-
-
 def event(key: str, bucket: str = "local", size: int | None = None) -> ObjectArrival:
     return ObjectArrival(bucket=bucket, key=key, size_bytes=size, etag=None, event_time=None)
 
