@@ -49,17 +49,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,37 +62,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagster as dg
 import httpx
-import yaml
-from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
-from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-from sqlalchemy import create_engine, insert, text, update
+from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from assets.partitions import EVALUATION_JOB, partition_key, retire_settled
+from assets.partitions import EVALUATION_JOB, retire_settled
+from bench._dagster_processes import (
+    Process,
+    cpu_seconds,
+    dagster_home,
+    started,
+    throwaway_databases,
+)
+from bench._partition_registry import ASSET, TICK_MODELS, Registry
 from bench._server import free_port
-from cli.operate import dagster_storage_url, render_dagster_yaml
+from cli.operate import dagster_storage_url
 from definitions import defs
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import upgrade
-from pipeline.core.tables import Contribution, DatasetVersion, Model
-from pipeline.models.registry import demo_definition, format_version, register_model
-from pipeline.store.objectstore import StoredObject, dataset_key
-from pipeline.store.queue import enqueue_local_arrival
 from pipeline.triggers.retirement import settled_cutoff
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1_000, 10_000, 100_000)
-MODELS = 50
-TICK_MODELS = 10
 ARRIVALS_PER_TICK = 100
-PARTITION_CHUNK = 10_000
-EVENT_CHUNK = 2_000
-ROW_CHUNK = 5_000
 KEEP_HOURS = 24
-SETTLED_AT = datetime.now(UTC) - timedelta(days=30)
-PARTITIONS_DEF = "dataset_versions"
-ASSET = "dataset_version"
 
 # The asset page's partition query, as dagster-webserver 1.13's UI bundle sends it.
 PARTITION_HEALTH_QUERY = """
@@ -134,207 +121,6 @@ query PartitionHealthQuery($assetKey: AssetKeyInput!) {
   }
 }
 """
-
-
-# --- throwaway databases and Dagster processes --------------------------------------------------
-
-
-def _with_database(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-@contextmanager
-def throwaway_databases(admin_url: str) -> Iterator[tuple[str, str]]:
-    """(marketplace URL, Dagster URL): two fresh databases, dropped on the way out."""
-    tag = uuid.uuid4().hex[:10]
-    names = [f"mk_bench_parts_{tag}", f"mk_bench_dagster_{tag}"]
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            for name in names:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield _with_database(admin_url, names[0]), _with_database(admin_url, names[1])
-    finally:
-        with admin.connect() as conn:
-            for name in names:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def dagster_home(home: Path, settings: Settings) -> None:
-    """The production instance config, with the run queue held so queued runs never start."""
-    rendered = render_dagster_yaml((ROOT / "dagster.postgres.yaml").read_text(), settings)
-    config = yaml.safe_load(rendered)
-    config["concurrency"]["runs"]["max_concurrent_runs"] = 0
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (home / "workspace.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "load_from": [
-                    {
-                        "python_module": {
-                            "module_name": "bench._dagster_defs",
-                            "working_directory": str(ROOT),
-                            "location_name": "marketplace",
-                        }
-                    }
-                ]
-            }
-        )
-    )
-
-
-@dataclass
-class Process:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, lines: int = 40) -> str:
-        text_ = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(text_[-lines:])
-
-
-@contextmanager
-def started(name: str, command: list[str], env: dict[str, str], logdir: Path) -> Iterator[Process]:
-    """A Dagster process in its own session; its whole group is stopped on the way out."""
-    log = logdir / f"{name}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield Process(name, proc, log)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-# --- registering versions -----------------------------------------------------------------------
-
-
-@dataclass
-class Registry:
-    """What the bench has registered so far: models and each model's last version number."""
-
-    db: Database
-    instance: Any
-    models: list[int] = field(default_factory=list)
-    last: dict[int, int] = field(default_factory=dict)
-    registered: int = 0
-
-    def add_models(self) -> None:
-        with self.db.session() as session:
-            for i in range(MODELS):
-                definition = demo_definition().model_copy(update={"name": f"bench-{i}"})
-                self.models.append(register_model(session, definition).id)
-        self.last = dict.fromkeys(self.models, 0)
-
-    def _next(self, model_id: int) -> tuple[int, str]:
-        self.last[model_id] += 1
-        number = self.last[model_id]
-        return number, format_version(number)
-
-    def _save_last(self, session: Any) -> None:
-        for model_id, number in self.last.items():
-            session.execute(update(Model).where(Model.id == model_id).values(last_version=number))
-
-    def register_settled(self, target: int) -> None:
-        """Settled versions up to `target`: rows, partitions, one materialization each."""
-        while self.registered < target:
-            count = min(ROW_CHUNK, target - self.registered)
-            items = []
-            for i in range(count):
-                model_id = self.models[(self.registered + i) % MODELS]
-                number, version = self._next(model_id)
-                items.append((model_id, number, version))
-            with self.db.session() as session:
-                ids = session.scalars(
-                    insert(DatasetVersion).returning(
-                        DatasetVersion.id, sort_by_parameter_order=True
-                    ),
-                    [_version_row(m, n, v, SETTLED_AT) for m, n, v in items],
-                ).all()
-                session.execute(
-                    insert(Contribution),
-                    [
-                        {
-                            "id": str(uuid.uuid4()), "model_id": m, "dataset_version_id": dv_id,
-                            "submitter_id": "bench", "status": "rewarded", "reason": "bench",
-                            "submitted_rows": 100, "created_at": SETTLED_AT,
-                            "updated_at": SETTLED_AT,
-                        }
-                        for (m, _, _), dv_id in zip(items, ids, strict=True)
-                    ],
-                )  # fmt: skip
-                self._save_last(session)
-            keys = [partition_key(m, v) for m, _, v in items]
-            for start in range(0, len(keys), PARTITION_CHUNK):
-                self.instance.add_dynamic_partitions(
-                    PARTITIONS_DEF, keys[start : start + PARTITION_CHUNK]
-                )
-            for start in range(0, len(keys), EVENT_CHUNK):
-                store_materializations(self.instance, keys[start : start + EVENT_CHUNK])
-            self.registered += count
-
-    def enqueue_arrivals(self, count: int) -> None:
-        """`count` uploads of the first TICK_MODELS models, as the API records them."""
-        now = datetime.now(UTC)
-        with self.db.session() as session:
-            for i in range(count):
-                model_id = self.models[i % TICK_MODELS]
-                number, version = self._next(model_id)
-                row = DatasetVersion(**_version_row(model_id, number, version, now))
-                session.add(row)
-                session.flush()
-                session.add(
-                    Contribution(
-                        model_id=model_id, dataset_version_id=row.id, submitter_id="bench",
-                        status="queued", submitted_rows=100, created_at=now, updated_at=now,
-                    )
-                )  # fmt: skip
-                enqueue_local_arrival(session, StoredObject(row.object_key, row.uri, 10, "0" * 64))
-            self._save_last(session)
-
-    def run_partition(self) -> str:
-        """The newest version of the last model: nothing pending, no benchmark, never retired."""
-        model_id = self.models[-1]
-        return partition_key(model_id, format_version(self.last[model_id]))
-
-
-def _version_row(model_id: int, number: int, version: str, at: datetime) -> dict[str, Any]:
-    key = dataset_key(model_id, version, "data.csv")
-    return {
-        "model_id": model_id, "version": version, "version_number": number,
-        "kind": "contribution", "object_key": key, "uri": f"file:///bench/{key}",
-        "file_format": "csv", "sha256": "0" * 64, "size_bytes": 10, "row_count": 100,
-        "created_at": at,
-    }  # fmt: skip
-
-
-def store_materializations(instance: Any, keys: list[str]) -> None:
-    """One `dataset_version` materialization per partition, in one batch write."""
-    now = time.time()
-    entries = [
-        dg.EventLogEntry(
-            user_message="", level=logging.INFO, job_name=RUNLESS_JOB_NAME,
-            run_id=RUNLESS_RUN_ID, error_info=None, timestamp=now, step_key=None,
-            dagster_event=DagsterEvent(
-                event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
-                job_name=RUNLESS_JOB_NAME,
-                event_specific_data=StepMaterializationData(
-                    dg.AssetMaterialization(dg.AssetKey(ASSET), partition=key)
-                ),
-            ),
-        )
-        for key in keys
-    ]  # fmt: skip
-    instance.event_log_storage.store_event_batch(entries)
 
 
 def vacuum(url: str) -> None:
@@ -428,12 +214,6 @@ def run_once(instance: Any, partition_key: str) -> float:
     if not result.success:
         raise RuntimeError(f"the run for {partition_key} failed")
     return elapsed
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def graphql_once(url: str) -> tuple[float, int, dict[str, Any]]:
