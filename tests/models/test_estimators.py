@@ -123,3 +123,23 @@ def test_same_data_gives_the_same_model() -> None:
     second = build_estimator("random_forest_classifier", "classification").fit(train, y)
     bench = _mixed_frame(40, seed=2)
     np.testing.assert_array_equal(first.predict_proba(bench), second.predict_proba(bench))
+
+
+def test_categories_are_the_values_as_text_with_mixed_types_kept_apart() -> None:
+    """One category per distinct text: in a column of mixed values 1.0 and True stay apart from
+    1 (they are equal to Python; 1 and "1" are one text), every NA variant is missing (imputed),
+    and a typed text column gets its own values."""
+    mixed = pd.Series([1, 1.0, "1", True, None, np.nan, pd.NA, "1"], dtype=object)
+    typed = pd.Series(["b", "a", None, "b", "b", "a", None, "a"], dtype="str")
+    train = pd.DataFrame({"mixed": mixed, "typed": typed, "flag": [True, False] * 4})
+    pipeline = build_estimator("logistic_regression", "classification")
+    pipeline.fit(train, np.arange(len(train)) % 2)
+    encoder = pipeline.named_steps["features"].named_transformers_["categorical"]["encode"]
+    assert [list(c) for c in encoder.categories_] == [
+        ["1", "1.0", "True"],
+        ["a", "b"],
+        ["False", "True"],
+    ]
+    encoded = pipeline.named_steps["features"].transform(train)
+    # The missing cells of "mixed" take its most frequent text, "1" (3 of 5 known cells).
+    assert [row[-7:-4].tolist() for row in np.asarray(encoded)[4:7]] == [[1.0, 0.0, 0.0]] * 3
