@@ -55,7 +55,6 @@ from pipeline.rewards.surrogate_fits import (
     objective_for,
     part_hessian,
     probabilities,
-    probabilities_in_place,
 )
 
 SAMPLE_SEED = 11
@@ -247,10 +246,10 @@ class SurrogateGame:
         eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
         if not self.classification:
             return value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
-        proba = probabilities_in_place(eta.reshape(len(eta), len(betas), -1))
-        # Binomial: the second class when its probability is above the first's (argmax).
-        two = len(self.classes) == 2
-        codes = proba[..., 0] > 1.0 - proba[..., 0] if two else proba.argmax(axis=-1)
+        eta = eta.reshape(len(eta), len(betas), -1)
+        # The class of the largest linear predictor, as scikit-learn's `predict` (the largest
+        # probability too, without computing them); binomial: the second class where η > 0.
+        codes = eta[..., 0] > 0.0 if len(self.classes) == 2 else eta.argmax(axis=-1)
         return self._code_scores(np.asarray(codes, dtype=np.intp))
 
     @cached_property
@@ -289,13 +288,16 @@ class SurrogateGame:
         name, y_true = self.scorer.metric.name, self.scorer.y_true
         if not self.classification:
             return Predictions(name, y_true, self.x_bench @ beta)
-        proba = probabilities(self.x_bench @ beta.T)
-        if proba.shape[1] == 1:
-            proba = np.hstack([1.0 - proba, proba])
+        eta = self.x_bench @ beta.T
         if self.scorer.metric.uses_probabilities:
+            proba = probabilities(eta)
+            if proba.shape[1] == 1:
+                proba = np.hstack([1.0 - proba, proba])
             scores = _class_scores(self.scorer.classes, classes, proba)
             return Predictions(name, y_true, scores, self.scorer.classes)
-        labels = np.asarray(classes, dtype=object)[proba.argmax(axis=1)]
+        # As `_chunk_scores`: the class of the largest linear predictor (binomial: η > 0).
+        picked = eta[:, 0] > 0.0 if eta.shape[1] == 1 else eta.argmax(axis=1)
+        labels = np.asarray(classes, dtype=object)[np.asarray(picked, dtype=np.intp)]
         return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
 
     def value(self, coalition: frozenset[int]) -> float:
