@@ -112,9 +112,15 @@ def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd  # lazily: see the module docstring
 
     frame = pd.DataFrame(frame)
-    columns = {i: _category_strings(frame.iloc[:, i]) for i in range(frame.shape[1])}
-    # As `Series.map` would type them: text columns as str, an all-missing one as floats.
-    result = pd.DataFrame(columns, index=frame.index).infer_objects()
+    columns = {}
+    for i in range(frame.shape[1]):
+        texts = _category_strings(frame.iloc[:, i])
+        # Python strings as they are (object): the imputer and encoder take object arrays,
+        # and pandas' own text type would be converted back cell by cell. A column with no
+        # value left is float, as `Series.map` would type it.
+        empty = len(texts) > 0 and bool(pd.isna(texts).all())
+        columns[i] = pd.Series(texts, index=frame.index, dtype=float if empty else object)
+    result = pd.DataFrame(columns, index=frame.index)
     result.columns = frame.columns
     return result
 
