@@ -259,27 +259,22 @@ def coalition_fits(
     every part `full` and the parts' Hessians there (module docstring)."""
     outputs = full.shape[0]
     pen_rows = np.stack([_full_penalty(p, outputs) for p in pens])
-    # Each coalition's chord matrix inverted once: a pass is then one batched product for
-    # every coalition, where a solve per coalition and pass cost more in calls than in work.
-    inverses = np.zeros((len(coalitions), full.size, full.size))
-    slow = []
-    for i, (c, pr) in enumerate(zip(coalitions, pen_rows, strict=True)):
-        try:
-            factor = cho_factor(sum(hessians[j] for j in c) + np.diag(pr.ravel()))
-        except np.linalg.LinAlgError:
-            slow.append(i)  # numerically singular: full Newton below
-            continue
-        inverses[i] = cho_solve(factor, np.eye(full.size))
+    inverses, slow = _chord_inverses(hessians, coalitions, pen_rows)
     betas = np.repeat(full[None], len(coalitions), axis=0)
     active = np.setdiff1d(np.arange(len(coalitions)), slow)
     # The active coalitions' inverses, cut only when some converge: indexing the (coalitions,
     # n, n) stack on every pass copied all of it (n in the thousands with one-hot columns).
     inv = np.delete(inverses, slow, axis=0) if slow else inverses
+    # Every coalition's first pass is at `full`: its gradient is a sum of the parts' there,
+    # each computed once (and that pass is a Newton step, the chord matrix being exact there).
+    at_full = np.stack([_gradient(part, full) for part in parts])
     last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
-    for _ in range(CHORD_STEPS):
+    for step in range(CHORD_STEPS):
         coarse = last[active] >= COARSE_STEP
         gradients = np.empty((len(active), *full.shape))
-        for rows, single in ((coarse, True), (~coarse, False)):
+        if step == 0:
+            gradients[:] = [at_full[list(coalitions[i])].sum(axis=0) for i in active]
+        for rows, single in ((coarse, True), (~coarse, False)) if step else ():
             if rows.any():
                 ids = active[rows]
                 chosen = [coalitions[i] for i in ids]
@@ -300,6 +295,38 @@ def coalition_fits(
     for i in [*slow, *active.tolist()]:  # no factor, or slow by chords: full Newton from there
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
     return list(betas)
+
+
+def _chord_inverses(
+    hessians: Sequence[np.ndarray], coalitions: Sequence[Sequence[int]], pen_rows: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """Each coalition's chord matrix (its parts' Hessians plus its penalty) inverted, and the
+    coalitions whose matrix is numerically singular (their inverse left 0): coalitions in
+    slices of about `CHUNK_CELLS` cells at once, one by one only in a slice holding a singular
+    matrix."""
+    size = hessians[0].shape[0]
+    flat = np.stack(hessians).reshape(len(hessians), -1)
+    inverses, slow = np.zeros((len(coalitions), size, size)), []
+    chunk = max(1, CHUNK_CELLS // (size * size))
+    for start in range(0, len(coalitions), chunk):
+        ids = range(start, min(start + chunk, len(coalitions)))
+        members = np.zeros((len(ids), len(hessians)))
+        for row, i in enumerate(ids):
+            members[row, list(coalitions[i])] = 1.0
+        stacked = (members @ flat).reshape(len(ids), size, size)
+        stacked += pen_rows[start : start + len(ids)].reshape(len(ids), 1, -1) * np.eye(size)
+        try:
+            lower = np.linalg.inv(np.linalg.cholesky(stacked))
+            inverses[start : start + len(ids)] = np.swapaxes(lower, 1, 2) @ lower
+            continue
+        except np.linalg.LinAlgError:
+            pass
+        for row, i in enumerate(ids):
+            try:
+                inverses[i] = cho_solve(cho_factor(stacked[row]), np.eye(size))
+            except np.linalg.LinAlgError:
+                slow.append(i)  # full Newton instead (`coalition_fits`)
+    return inverses, slow
 
 
 def _gradients(
