@@ -250,7 +250,7 @@ class SurrogateGame:
         # The class of the largest linear predictor, as scikit-learn's `predict` (the largest
         # probability too, without computing them); binomial: the second class where η > 0.
         codes = eta[..., 0] > 0.0 if len(self.classes) == 2 else eta.argmax(axis=-1)
-        return self._code_scores(np.asarray(codes, dtype=np.intp))
+        return self._code_scores(codes)
 
     @cached_property
     def _label_codes(self) -> tuple[np.ndarray, np.ndarray, int, int | None]:
@@ -271,9 +271,17 @@ class SurrogateGame:
 
     def _code_scores(self, predicted: np.ndarray) -> np.ndarray:
         """accuracy or f1 of predicted class indices (into `self.classes`, one column per
-        coalition), on codes of the labels of the benchmark and the training rows."""
+        coalition; binomial: booleans), on codes of the labels of the benchmark and the
+        training rows."""
         y_codes, trained, labels, positive = self._label_codes
-        return code_columns(self.scorer.metric.name, y_codes, trained[predicted], labels, positive)
+        if self.scorer.metric.name == "accuracy":
+            # Equality is all accuracy asks: the benchmark's labels as indices into
+            # `self.classes` (-1: a class not trained on) spare a code per prediction.
+            index = np.full(labels, -1, dtype=np.intp)
+            index[trained] = np.arange(len(trained))
+            return code_columns("accuracy", index[y_codes], predicted, labels, positive)
+        picked = trained[np.asarray(predicted, dtype=np.intp)]
+        return code_columns(self.scorer.metric.name, y_codes, picked, labels, positive)
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         members = self._members(coalition)
