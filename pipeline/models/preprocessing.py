@@ -56,7 +56,9 @@ def build_preprocessor(
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    from pipeline.models.one_hot import CappedOneHotEncoder
 
     numeric = Pipeline(
         [
@@ -69,7 +71,7 @@ def build_preprocessor(
         [
             ("coerce", FunctionTransformer(_as_category_strings)),
             ("impute", SimpleImputer(strategy="most_frequent")),
-            ("encode", OneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES)),
+            ("encode", CappedOneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES)),
         ]
     )
     transformers: list[tuple[str, Any, Any]] = [
