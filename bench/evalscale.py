@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from bench._faithfulness import FAMILIES, measure
 from pipeline.demo.churn_data import churn_rows
@@ -95,6 +96,9 @@ def run_case(
     )
     prefix = f"{size}_{estimator}"
     scorer.predict(contributions[0])  # warm-up: first-use costs stay out of the figures
+    # Again now that the warm-up has loaded every native library: a limit set before a library
+    # is loaded does not reach it (SciPy's own BLAS ran the plain fits with two threads).
+    threadpool_limits(1)
     one = pd.concat([base, contributions[0]], ignore_index=True)
     fit_cpu, fit_wall, _ = timed(lambda: scorer.predict(one))
     repeats = 2 if fit_wall < REPEAT_BELOW_SECONDS else 1
@@ -255,9 +259,7 @@ def main() -> None:
     args.families = args.families.split(",")
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
-    # spin on a loaded machine would bill their waiting as CPU time.
-    from threadpoolctl import threadpool_limits
-
+    # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).
     threadpool_limits(1)
     engine = FitEngine(workers=args.workers)
     settings = ValuationSettings(engine=engine)

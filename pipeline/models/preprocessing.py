@@ -56,7 +56,9 @@ def build_preprocessor(
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    from pipeline.models.one_hot import CappedOneHotEncoder
 
     numeric = Pipeline(
         [
@@ -69,7 +71,7 @@ def build_preprocessor(
         [
             ("coerce", FunctionTransformer(_as_category_strings)),
             ("impute", SimpleImputer(strategy="most_frequent")),
-            ("encode", OneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES)),
+            ("encode", CappedOneHotEncoder(handle_unknown="ignore", max_categories=MAX_CATEGORIES)),
         ]
     )
     transformers: list[tuple[str, Any, Any]] = [
@@ -111,7 +113,44 @@ def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd  # lazily: see the module docstring
 
-    return pd.DataFrame(frame).astype(object).map(lambda v: math.nan if _missing(v) else str(v))
+    frame = pd.DataFrame(frame)
+    columns = {}
+    for i in range(frame.shape[1]):
+        texts = _category_strings(frame.iloc[:, i])
+        # Python strings as they are (object): the imputer and encoder take object arrays,
+        # and pandas' own text type would be converted back cell by cell. A column with no
+        # value left is float, as `Series.map` would type it.
+        empty = len(texts) > 0 and bool(pd.isna(texts).all())
+        columns[i] = pd.Series(texts, index=frame.index, dtype=float if empty else object)
+    result = pd.DataFrame(columns, index=frame.index)
+    result.columns = frame.columns
+    return result
+
+
+def _category_strings(column: pd.Series) -> np.ndarray:
+    """One column as `str(value)` per cell, NaN where missing: one `str` call per distinct value.
+
+    Values of one type (a typed column, or an object column holding only text or only
+    booleans) are factorised first; an object column of other values is converted cell by
+    cell, since factorising would merge 1, 1.0 and True, whose texts differ.
+    """
+    import numpy as np  # lazily: see the module docstring
+    import pandas as pd
+
+    typed = column.dtype != object
+    if not typed and pd.api.types.infer_dtype(column, skipna=True) not in ("string", "boolean"):
+        cells = column.tolist()
+        return np.asarray([math.nan if _missing(v) else str(v) for v in cells], dtype=object)
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    texts = [str(v) for v in np.asarray(uniques, dtype=object).tolist()]
+    result: np.ndarray = np.asarray([*texts, math.nan], dtype=object)[codes]  # -1: the NaN
+    if not typed:
+        # pandas counts more as missing in an object column (Decimal NaN, numpy's NaT): as text.
+        gaps = np.flatnonzero(codes < 0)
+        for i, value in zip(gaps.tolist(), column.to_numpy()[gaps].tolist(), strict=True):
+            if not _missing(value):
+                result[i] = str(value)
+    return result
 
 
 def _as_documents(frame: pd.DataFrame) -> np.ndarray:

@@ -7,6 +7,7 @@ surrogate of `pipeline.rewards.surrogate`; these functions do not care which.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -33,6 +34,15 @@ def exact_shapley(players: Sequence[int], value: Callable[[Coalition], float]) -
 
 
 def kernel_coalitions(players: int, budget: int) -> dict[tuple[int, ...], float]:
+    """Coalitions of range(players) and their regression weights for KernelSHAP (`_kernel`).
+
+    A batch asks for them twice a round (which to fit, then the fit): they are computed once
+    per size and budget (its seeded draws cost about a millisecond)."""
+    return dict(_kernel(players, budget))
+
+
+@functools.cache
+def _kernel(players: int, budget: int) -> tuple[tuple[tuple[int, ...], float], ...]:
     """Coalitions of range(players) and their regression weights for KernelSHAP.
 
     Coalition sizes are taken in pairs (s, n - s) from the outside in, as the Shapley kernel
@@ -70,7 +80,7 @@ def kernel_coalitions(players: int, budget: int) -> dict[tuple[int, ...], float]
             complement = tuple(i for i in range(n) if i not in members)
             for c in (members, complement):
                 chosen[c] = chosen.get(c, 0.0) + mass / (2 * draws)
-    return chosen
+    return tuple(chosen.items())
 
 
 def kernel_shapley(

@@ -55,7 +55,6 @@ from pipeline.rewards.surrogate_fits import (
     objective_for,
     part_hessian,
     probabilities,
-    probabilities_in_place,
 )
 
 SAMPLE_SEED = 11
@@ -247,11 +246,11 @@ class SurrogateGame:
         eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
         if not self.classification:
             return value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
-        proba = probabilities_in_place(eta.reshape(len(eta), len(betas), -1))
-        # Binomial: the second class when its probability is above the first's (argmax).
-        two = len(self.classes) == 2
-        codes = proba[..., 0] > 1.0 - proba[..., 0] if two else proba.argmax(axis=-1)
-        return self._code_scores(np.asarray(codes, dtype=np.intp))
+        eta = eta.reshape(len(eta), len(betas), -1)
+        # The class of the largest linear predictor, as scikit-learn's `predict` (the largest
+        # probability too, without computing them); binomial: the second class where η > 0.
+        codes = eta[..., 0] > 0.0 if len(self.classes) == 2 else eta.argmax(axis=-1)
+        return self._code_scores(codes)
 
     @cached_property
     def _label_codes(self) -> tuple[np.ndarray, np.ndarray, int, int | None]:
@@ -272,9 +271,17 @@ class SurrogateGame:
 
     def _code_scores(self, predicted: np.ndarray) -> np.ndarray:
         """accuracy or f1 of predicted class indices (into `self.classes`, one column per
-        coalition), on codes of the labels of the benchmark and the training rows."""
+        coalition; binomial: booleans), on codes of the labels of the benchmark and the
+        training rows."""
         y_codes, trained, labels, positive = self._label_codes
-        return code_columns(self.scorer.metric.name, y_codes, trained[predicted], labels, positive)
+        if self.scorer.metric.name == "accuracy":
+            # Equality is all accuracy asks: the benchmark's labels as indices into
+            # `self.classes` (-1: a class not trained on) spare a code per prediction.
+            index = np.full(labels, -1, dtype=np.intp)
+            index[trained] = np.arange(len(trained))
+            return code_columns("accuracy", index[y_codes], predicted, labels, positive)
+        picked = trained[np.asarray(predicted, dtype=np.intp)]
+        return code_columns(self.scorer.metric.name, y_codes, picked, labels, positive)
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         members = self._members(coalition)
@@ -289,13 +296,16 @@ class SurrogateGame:
         name, y_true = self.scorer.metric.name, self.scorer.y_true
         if not self.classification:
             return Predictions(name, y_true, self.x_bench @ beta)
-        proba = probabilities(self.x_bench @ beta.T)
-        if proba.shape[1] == 1:
-            proba = np.hstack([1.0 - proba, proba])
+        eta = self.x_bench @ beta.T
         if self.scorer.metric.uses_probabilities:
+            proba = probabilities(eta)
+            if proba.shape[1] == 1:
+                proba = np.hstack([1.0 - proba, proba])
             scores = _class_scores(self.scorer.classes, classes, proba)
             return Predictions(name, y_true, scores, self.scorer.classes)
-        labels = np.asarray(classes, dtype=object)[proba.argmax(axis=1)]
+        # As `_chunk_scores`: the class of the largest linear predictor (binomial: η > 0).
+        picked = eta[:, 0] > 0.0 if eta.shape[1] == 1 else eta.argmax(axis=1)
+        labels = np.asarray(classes, dtype=object)[np.asarray(picked, dtype=np.intp)]
         return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
 
     def value(self, coalition: frozenset[int]) -> float:

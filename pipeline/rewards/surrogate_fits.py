@@ -15,6 +15,8 @@ so the penalty λ w² becomes λ s² v² (`coalition_penalty`). The intercept is
   starts there and iterates with the coalition's Hessian at that fit (the sum of its parts',
   factored once) and the coalition's exact gradient, vectorised over coalitions, until it
   converges: the chord method, linear convergence at a cost of two matrix products per step.
+  Passes with large steps run in float32 (`COARSE_STEP`), the last ones in float64; a
+  coalition stops when its step, or its estimated remaining error, is below `TOLERANCE`.
   A coalition that does not converge so is finished by full Newton steps.
 """
 
@@ -42,6 +44,13 @@ NEWTON_STEPS = 50
 CHORD_STEPS = 20
 # Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
 TOLERANCE = 1e-6
+# A coalition's chord pass runs in float32 while its last step was at least this large: such a
+# pass costs about a third of a float64 one, and its rounding (a few 1e-7 on a coefficient)
+# is far below the step. The passes that end the iterations, and so set the fit, are float64.
+COARSE_STEP = 1e-2
+# Linear convergence at a rate below this lets a coalition stop once its estimated remaining
+# error (step * rate / (1 - rate)) is below TOLERANCE, one pass before its step is.
+STOP_RATE = 0.5
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
 CHUNK_CELLS = 4_000_000
 
@@ -145,6 +154,12 @@ class LogisticPart:
         """(W X)ᵀ Y as outputs x features: the part of the gradient that never changes."""
         return np.asarray((self.weighted_t @ self.y).T)
 
+    @cached_property
+    def single(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """X, (W X)ᵀ and Y in float32, for the coarse passes (`COARSE_STEP`)."""
+        as32 = [np.asarray(a, dtype=np.float32) for a in (self.x, self.weighted_t, self.y)]
+        return as32[0], as32[1], as32[2]
+
 
 def probabilities(eta: np.ndarray) -> np.ndarray:
     """Class probabilities from linear predictors (last axis: one column binomial, else K)."""
@@ -152,7 +167,7 @@ def probabilities(eta: np.ndarray) -> np.ndarray:
 
 
 def probabilities_in_place(eta: np.ndarray) -> np.ndarray:
-    """`probabilities`, overwriting `eta` (a float64 array): the coalitions' passes hold
+    """`probabilities`, overwriting `eta` (a float array): the coalitions' passes hold
     millions of cells, and each temporary costs as much as the arithmetic."""
     if eta.shape[-1] == 1:
         eta *= 0.5
@@ -244,28 +259,35 @@ def coalition_fits(
     every part `full` and the parts' Hessians there (module docstring)."""
     outputs = full.shape[0]
     pen_rows = np.stack([_full_penalty(p, outputs) for p in pens])
-    # Each coalition's chord matrix inverted once: a pass is then one batched product for
-    # every coalition, where a solve per coalition and pass cost more in calls than in work.
-    inverses = np.zeros((len(coalitions), full.size, full.size))
-    slow = []
-    for i, (c, pr) in enumerate(zip(coalitions, pen_rows, strict=True)):
-        try:
-            factor = cho_factor(sum(hessians[j] for j in c) + np.diag(pr.ravel()))
-        except np.linalg.LinAlgError:
-            slow.append(i)  # numerically singular: full Newton below
-            continue
-        inverses[i] = cho_solve(factor, np.eye(full.size))
+    inverses, slow = _chord_inverses(hessians, coalitions, pen_rows)
     betas = np.repeat(full[None], len(coalitions), axis=0)
     active = np.setdiff1d(np.arange(len(coalitions)), slow)
     # The active coalitions' inverses, cut only when some converge: indexing the (coalitions,
     # n, n) stack on every pass copied all of it (n in the thousands with one-hot columns).
     inv = np.delete(inverses, slow, axis=0) if slow else inverses
-    for _ in range(CHORD_STEPS):
-        gradients = _gradients(parts, betas[active], [coalitions[i] for i in active])
+    # Every coalition's first pass is at `full`: its gradient is a sum of the parts' there,
+    # each computed once (and that pass is a Newton step, the chord matrix being exact there).
+    at_full = np.stack([_gradient(part, full) for part in parts])
+    last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
+    for step in range(CHORD_STEPS):
+        coarse = last[active] >= COARSE_STEP
+        gradients = np.empty((len(active), *full.shape))
+        if step == 0:
+            gradients[:] = [at_full[list(coalitions[i])].sum(axis=0) for i in active]
+        for rows, single in ((coarse, True), (~coarse, False)) if step else ():
+            if rows.any():
+                ids = active[rows]
+                chosen = [coalitions[i] for i in ids]
+                gradients[rows] = _gradients(parts, betas[ids], chosen, single=single)
         rhs = (gradients - pen_rows[active] * betas[active]).reshape(len(active), -1, 1)
         steps = (inv @ rhs).reshape(len(active), *full.shape)
         betas[active] += steps
-        moved = np.max(np.abs(steps), axis=(1, 2)) >= TOLERANCE
+        size = np.max(np.abs(steps), axis=(1, 2))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a last step of 0: no rate
+            rate = size / last[active]
+            left = np.where(rate < STOP_RATE, size * rate / (1.0 - rate), np.inf)
+        moved = coarse | ((size >= TOLERANCE) & (left >= TOLERANCE))
+        last[active] = size
         if not moved.all():
             active, inv = active[moved], inv[moved]
         if not len(active):
@@ -275,11 +297,47 @@ def coalition_fits(
     return list(betas)
 
 
+def _chord_inverses(
+    hessians: Sequence[np.ndarray], coalitions: Sequence[Sequence[int]], pen_rows: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """Each coalition's chord matrix (its parts' Hessians plus its penalty) inverted, and the
+    coalitions whose matrix is numerically singular (their inverse left 0): coalitions in
+    slices of about `CHUNK_CELLS` cells at once, one by one only in a slice holding a singular
+    matrix."""
+    size = hessians[0].shape[0]
+    flat = np.stack(hessians).reshape(len(hessians), -1)
+    inverses, slow = np.zeros((len(coalitions), size, size)), []
+    chunk = max(1, CHUNK_CELLS // (size * size))
+    for start in range(0, len(coalitions), chunk):
+        ids = range(start, min(start + chunk, len(coalitions)))
+        members = np.zeros((len(ids), len(hessians)))
+        for row, i in enumerate(ids):
+            members[row, list(coalitions[i])] = 1.0
+        stacked = (members @ flat).reshape(len(ids), size, size)
+        stacked += pen_rows[start : start + len(ids)].reshape(len(ids), 1, -1) * np.eye(size)
+        try:
+            lower = np.linalg.inv(np.linalg.cholesky(stacked))
+            inverses[start : start + len(ids)] = np.swapaxes(lower, 1, 2) @ lower
+            continue
+        except np.linalg.LinAlgError:
+            pass
+        for row, i in enumerate(ids):
+            try:
+                inverses[i] = cho_solve(cho_factor(stacked[row]), np.eye(size))
+            except np.linalg.LinAlgError:
+                slow.append(i)  # full Newton instead (`coalition_fits`)
+    return inverses, slow
+
+
 def _gradients(
-    parts: Sequence[LogisticPart], betas: np.ndarray, coalitions: Sequence[Sequence[int]]
+    parts: Sequence[LogisticPart],
+    betas: np.ndarray,
+    coalitions: Sequence[Sequence[int]],
+    *,
+    single: bool = False,
 ) -> np.ndarray:
     """Log-likelihood gradients of many coalitions at their own coefficients: per part, one
-    product for every coalition holding it (chunked)."""
+    product for every coalition holding it (chunked); in float32 when `single`."""
     total = np.zeros_like(betas)
     count, outputs, dims = betas.shape
     for index, part in enumerate(parts):
@@ -288,6 +346,13 @@ def _gradients(
         for start in range(0, len(holders), chunk):
             ids = holders[start : start + chunk]
             flat = betas[ids].reshape(-1, dims)  # (coalitions x outputs) x features
+            if single:
+                x, weighted_t, y = part.single
+                eta = (x @ flat.astype(np.float32).T).reshape(len(x), len(ids), outputs)
+                residual = np.subtract(y[:, None, :], probabilities_in_place(eta), out=eta)
+                moment = weighted_t @ residual.reshape(len(x), -1)  # (W X)ᵀ (Y − P)
+                total[ids] += moment.T.reshape(len(ids), outputs, dims)
+                continue
             eta = (part.x @ flat.T).reshape(len(part.x), len(ids), outputs)
             proba = probabilities_in_place(eta).reshape(len(part.x), -1)
             fitted = part.weighted_t @ proba  # features x (ids x outputs): (W X)ᵀ P

@@ -123,3 +123,45 @@ def test_same_data_gives_the_same_model() -> None:
     second = build_estimator("random_forest_classifier", "classification").fit(train, y)
     bench = _mixed_frame(40, seed=2)
     np.testing.assert_array_equal(first.predict_proba(bench), second.predict_proba(bench))
+
+
+def test_categories_are_the_values_as_text_with_mixed_types_kept_apart() -> None:
+    """One category per distinct text: in a column of mixed values 1.0 and True stay apart from
+    1 (they are equal to Python; 1 and "1" are one text), every NA variant is missing (imputed),
+    and a typed text column gets its own values."""
+    mixed = pd.Series([1, 1.0, "1", True, None, np.nan, pd.NA, "1"], dtype=object)
+    typed = pd.Series(["b", "a", None, "b", "b", "a", None, "a"], dtype="str")
+    train = pd.DataFrame({"mixed": mixed, "typed": typed, "flag": [True, False] * 4})
+    pipeline = build_estimator("logistic_regression", "classification")
+    pipeline.fit(train, np.arange(len(train)) % 2)
+    encoder = pipeline.named_steps["features"].named_transformers_["categorical"]["encode"]
+    assert [list(c) for c in encoder.categories_] == [
+        ["1", "1.0", "True"],
+        ["a", "b"],
+        ["False", "True"],
+    ]
+    encoded = pipeline.named_steps["features"].transform(train)
+    # The missing cells of "mixed" take its most frequent text, "1" (3 of 5 known cells).
+    assert [row[-7:-4].tolist() for row in np.asarray(encoded)[4:7]] == [[1.0, 0.0, 0.0]] * 3
+
+
+def test_one_hot_columns_are_capped_for_id_like_text_only() -> None:
+    """An ID-like text column is cut to MAX_CATEGORIES one-hot columns (the rarest sharing one);
+    a column with fewer distinct values keeps one column each, even beside it."""
+    from pipeline.models.preprocessing import MAX_CATEGORIES
+
+    n = 400
+    train = pd.DataFrame(
+        {
+            "ticket": [f"t{i % 200}" for i in range(n)],
+            "plan": ["basic", "plus", "pro", "basic"] * (n // 4),
+            "seat": [f"s{i % (MAX_CATEGORIES - 1)}" for i in range(n)],
+        }
+    )
+    pipeline = build_estimator("logistic_regression", "classification")
+    pipeline.fit(train, np.arange(n) % 2)
+    encoder = pipeline.named_steps["features"].named_transformers_["categorical"]["encode"]
+    rare = [0 if i is None else len(i) for i in encoder.infrequent_categories_]
+    assert [len(c) for c in encoder.categories_] == [200, 3, MAX_CATEGORIES - 1]
+    assert rare == [200 - MAX_CATEGORIES + 1, 0, 0]  # 49 kept, 151 share one column
+    assert pipeline.named_steps["features"].transform(train).shape[1] == 2 * MAX_CATEGORIES + 2
