@@ -224,6 +224,8 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
             _, _, surrogate = row["estimator"].partition(", ")
             groups.setdefault(f"{family}_{surrogate}" if surrogate else family, []).append(row)
         for name, rows in groups.items():
+            if name.endswith("_-"):
+                continue  # a forest's cells that paid no batch
             summarise(name.replace(" ", "").replace(",", "_"), rows)
 
 
