@@ -335,7 +335,7 @@ def _write(
             start = fh.tell()
             distinct = 0
             for part in spill.partitions(tier):
-                keys, counts = np.unique(part, return_counts=True)
+                keys, counts = _distinct_counts(part)
                 del part
                 fh.write(keys.tobytes())
                 distinct += len(keys)
@@ -359,6 +359,20 @@ def _write(
         fh.write(len(footer).to_bytes(8, "little"))
         fh.write(MAGIC)
     return summary
+
+
+def _distinct_counts(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(part, return_counts=True)` for a partition file: its keys are sorted runs
+    (one per `_Spill._flush`), which a stable sort (timsort) merges in a third of the time a
+    full sort takes; the rest of a 480 MiB upload's fingerprints wait for these sorts."""
+    part = np.sort(part, kind="stable")
+    if not len(part):
+        return part, np.zeros(0, dtype=np.intp)
+    first = np.empty(len(part), dtype=bool)
+    first[0] = True
+    np.not_equal(part[1:], part[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return part[starts], np.diff(starts, append=len(part))
 
 
 def _sample_probes(sample: RowKeys | None, tier: int) -> tuple[np.ndarray, np.ndarray]:
