@@ -43,7 +43,7 @@ from pipeline.intake.streamed_fingerprints import (
     FingerprintPlan,
 )
 from pipeline.store import dataset_batches
-from pipeline.store.dataset_batches import csv_batches, file_batches
+from pipeline.store.dataset_batches import RetypeColumns, csv_batches, file_batches
 from pipeline.store.formats import (
     CSV,
     EXTENSIONS,
@@ -329,15 +329,21 @@ class DatasetIntake:
             with self._growing_reader() as stream:
                 if relay is None:
                     self._profile = profile_csv(stream, head, self.pii)
-                else:  # one parse: in the fingerprints' blocks, handed to them
-                    self._profile = profile_csv(
-                        stream,
-                        head,
-                        self.pii,
-                        block_bytes=dataset_batches.CSV_BLOCK_BYTES,
-                        on_batch=relay.put,
-                    )
-                    relay.finish()
+                else:  # one parse: in the fingerprints' blocks and types, handed to them
+                    try:
+                        self._profile = profile_csv(
+                            stream,
+                            head,
+                            self.pii,
+                            block_bytes=dataset_batches.CSV_BLOCK_BYTES,
+                            on_batch=relay.put,
+                            typed=relay.types(),
+                        )
+                        relay.finish()
+                    except RetypeColumns:  # a value the typed read refused: all as text
+                        relay.give_up()
+                        with self._growing_reader() as again:
+                            self._profile = profile_csv(again, head, self.pii)
         except _Aborted:
             pass
         except BaseException as exc:
