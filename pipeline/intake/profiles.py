@@ -44,6 +44,8 @@ MAX_HEAD_BYTES = 1024 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
+# How pyarrow's CSV reader says a value does not fit the column's type.
+_CONVERSION_ERROR = "CSV conversion error"
 # Text files hold no control characters other than tab, newlines and form feed.
 _CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
 
@@ -250,7 +252,7 @@ def profile_csv(
             if on_batch is not None:
                 on_batch(batch)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        if typed:  # maybe a value that is not a number (or the file's own fault: read as text)
+        if typed and _CONVERSION_ERROR in str(exc):  # a value that is not a number: as text
             raise RetypeColumns from None
         raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
     return builder.profile(CSV)
