@@ -4,8 +4,8 @@ bounded memory, written as one file, and read back memory-mapped.
 A file holds each tier's sorted, distinct keys (uint64), a JSON footer (the scheme: columns,
 statistics, widths; rows; tier figures), the footer's length and a magic. Keys go to per-tier
 partition files by their top bits and each partition is sorted on its own, so a 500 MB
-benchmark needs a few MB of keys in memory at a time. Only keys and these statistics are kept,
-never values.
+benchmark needs a few MB of keys in memory at a time (`pipeline.checks.fingerprint_spill`).
+Only keys and these statistics are kept, never values.
 
 How often the reference's own rows match each other in a tier (its *chance rate*, measured on a
 reservoir sample of `CHANCE_SAMPLE_ROWS` rows probed against the whole reference) says how much
@@ -22,12 +22,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline.checks.canonical_cells import CanonicalColumn, canonical_batch
+from pipeline.checks.fingerprint_spill import KeySpill
 from pipeline.checks.fingerprints import (
     SCHEME_VERSION,
     RowKeys,
@@ -45,10 +46,6 @@ SAMPLE_SEED = 20_240_611
 # pay the array operations' per-call cost once per group, and small enough that a group's cells
 # and keys stay near 25 MB (64 Ki rows: 47 MB, no faster; the file is the same either way).
 KEY_GROUP_ROWS = 16_384
-PARTITION_BITS = 5
-SPILL_BUFFER_BYTES = 32 * 1024
-# Keys of a tier are sorted and written to the partitions this many at a time.
-SPILL_KEYS = 256 * 1024
 MAGIC = b"MKFPRNT1"
 
 
@@ -88,53 +85,6 @@ class FingerprintSummary:
             ),
             int(data["sample_rows"]),
         )
-
-
-class _Spill:
-    """Per-tier partition files of keys (by their top bits), each sorted on its own later."""
-
-    def __init__(self, folder: Path, tiers: int) -> None:
-        self.folder = folder
-        self.parts = 1 << PARTITION_BITS
-        self.bounds = np.arange(1, self.parts, dtype=np.uint64) << np.uint64(64 - PARTITION_BITS)
-        self.pending: list[list[np.ndarray]] = [[] for _ in range(tiers)]
-        self.pending_rows = [0] * tiers
-        self.files: list[list[IO[bytes]]] = [
-            [self._path(t, p).open("wb", buffering=SPILL_BUFFER_BYTES) for p in range(self.parts)]
-            for t in range(tiers)
-        ]
-
-    def _path(self, tier: int, part: int) -> Path:
-        return self.folder / f"t{tier}-p{part}.u64"
-
-    def add(self, tier: int, keys: np.ndarray) -> None:
-        self.pending[tier].append(keys)
-        self.pending_rows[tier] += len(keys)
-        if self.pending_rows[tier] >= SPILL_KEYS:
-            self._flush(tier)
-
-    def _flush(self, tier: int) -> None:
-        if not self.pending[tier]:
-            return
-        ordered = np.sort(np.concatenate(self.pending[tier]))
-        self.pending[tier].clear()
-        self.pending_rows[tier] = 0
-        for part, chunk in enumerate(np.split(ordered, np.searchsorted(ordered, self.bounds))):
-            if len(chunk):
-                self.files[tier][part].write(chunk.tobytes())
-
-    def close(self) -> None:
-        for tier, files in enumerate(self.files):
-            if not files[0].closed:
-                self._flush(tier)
-            for fh in files:
-                fh.close()
-
-    def partitions(self, tier: int) -> Iterator[np.ndarray]:
-        for part in range(self.parts):
-            path = self._path(tier, part)
-            yield np.fromfile(path, dtype=np.uint64)
-            path.unlink()
 
 
 class _Reservoir:
@@ -228,7 +178,7 @@ def _build_once(
     tmp_root.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="fingerprints-", dir=tmp_root))
     try:
-        spill = _Spill(folder, len(scheme.tiers))
+        spill = KeySpill(folder, len(scheme.tiers))
         reservoir = _Reservoir()
         try:
             rows = _spill_keys(scheme, _chain(head, iterator), columns, spill, reservoir)
@@ -263,7 +213,7 @@ def _spill_keys(
     scheme: Scheme,
     batches: Iterable[pa.RecordBatch],
     columns: Sequence[str],
-    spill: _Spill,
+    spill: KeySpill,
     reservoir: _Reservoir,
 ) -> int:
     """Every row's keys to the spill files, sampled into the reservoir; the rows seen."""
@@ -322,7 +272,7 @@ def _concat_cells(
 
 
 def _write(
-    out: Path, scheme: Scheme, rows: int, spill: _Spill, sample: RowKeys | None
+    out: Path, scheme: Scheme, rows: int, spill: KeySpill, sample: RowKeys | None
 ) -> FingerprintSummary:
     sample_n = sample.rows if sample is not None else 0
     summaries = []
@@ -334,9 +284,7 @@ def _write(
             probe_rows, probe_keys = _sample_probes(sample, tier)
             start = fh.tell()
             distinct = 0
-            for part in spill.partitions(tier):
-                keys, counts = np.unique(part, return_counts=True)
-                del part
+            for keys, counts in spill.distinct(tier):
                 fh.write(keys.tobytes())
                 distinct += len(keys)
                 if sample is not None and len(keys):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 import io
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
+from pipeline.store.dataset_batches import RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
@@ -43,6 +44,8 @@ MAX_HEAD_BYTES = 1024 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
+# How pyarrow's CSV reader says a value does not fit the column's type.
+_CONVERSION_ERROR = "CSV conversion error"
 # Text files hold no control characters other than tab, newlines and form feed.
 _CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
 
@@ -98,11 +101,17 @@ class _ProfileBuilder:
         scan = pii is not None and pii.enable_pii_detection
         self.pii = PiiScanner(pii, text) if pii is not None and scan else None
 
-    def add(self, batch: pa.RecordBatch, *, count_rows: bool = True) -> None:
+    def add(
+        self, batch: pa.RecordBatch, *, count_rows: bool = True, parsed: Collection[str] = ()
+    ) -> None:
+        """`parsed`: columns a CSV reader converted from text (numbers, booleans), whose every
+        value it read is one (a NaN was written "NaN", "inf" and the like)."""
         if count_rows:
             self.rows += batch.num_rows
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
-            if name not in self.filled and _has_value(column):
+            if name in self.filled:
+                continue
+            if column.null_count < len(column) if name in parsed else _has_value(column):
                 self.filled.add(name)
         if self.pii is not None:
             self.pii.add_batch(batch)
@@ -209,16 +218,27 @@ def profile_csv(
     *,
     block_bytes: int = CSV_BLOCK_BYTES,
     on_batch: Callable[[pa.RecordBatch], None] | None = None,
+    typed: Mapping[str, pa.DataType] | None = None,
 ) -> DatasetProfile:
     """Read a CSV stream block by block (every column as text) into a profile.
 
     `pii`: the settings of the PII scan of the head's text columns (None: no scan).
     `on_batch` is given every batch once profiled (the fingerprints' reader, which needs the
     batches of its own `block_bytes`: `pipeline.intake.relayed_batches`).
+    `typed`: columns outside the head's text columns to read as numbers or booleans
+    instead (the fingerprints' types: converting them from text costs more than parsing them
+    so); the profile is the same. A value that does not convert raises `RetypeColumns`: the
+    caller reads the file again without `typed`.
     """
+    typed = {
+        name: kind
+        for name, kind in (typed or {}).items()
+        if name in head.columns and name not in head.text_columns and _parsed_type(kind)
+    }
     builder = _ProfileBuilder(head.columns, head.text_columns, pii)
     convert = pacsv.ConvertOptions(
-        column_types={name: pa.string() for name in head.columns}, strings_can_be_null=True
+        column_types={name: typed.get(name, pa.string()) for name in head.columns},
+        strings_can_be_null=True,
     )
     options = pacsv.ReadOptions(block_size=block_bytes, use_threads=False)
     try:
@@ -228,12 +248,18 @@ def profile_csv(
         if reader.schema.names != head.columns:
             raise InvalidInput("not a valid CSV file: the header could not be read")
         for batch in reader:
-            builder.add(batch)
+            builder.add(batch, parsed=typed)
             if on_batch is not None:
                 on_batch(batch)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        if typed and _CONVERSION_ERROR in str(exc):  # a value that is not a number: as text
+            raise RetypeColumns from None
         raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
     return builder.profile(CSV)
+
+
+def _parsed_type(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_floating(kind) or pa.types.is_boolean(kind))
 
 
 # Parquet.

@@ -26,6 +26,7 @@ from pipeline.checks.benchmark_fingerprints import BatchSource
 from pipeline.core.config import Settings
 from pipeline.core.errors import DomainError, InvalidInput, PayloadTooLarge
 from pipeline.core.tempfiles import locked_temp_dir
+from pipeline.core.writeback import start_writeback
 from pipeline.intake.profiles import (
     HEAD_BYTES,
     MAX_HEAD_BYTES,
@@ -43,7 +44,7 @@ from pipeline.intake.streamed_fingerprints import (
     FingerprintPlan,
 )
 from pipeline.store import dataset_batches
-from pipeline.store.dataset_batches import csv_batches, file_batches
+from pipeline.store.dataset_batches import RetypeColumns, csv_batches, file_batches
 from pipeline.store.formats import (
     CSV,
     EXTENSIONS,
@@ -57,6 +58,8 @@ from pipeline.store.formats import (
 )
 
 FILENAME_MAX_CHARS = 200
+# The received bytes' disk write is started every this many bytes (`pipeline.core.writeback`).
+WRITEBACK_BYTES = 16 * 1024 * 1024
 
 
 # File names.
@@ -204,6 +207,7 @@ class DatasetIntake:
         self._relay: BatchRelay | None = None
         self._progress = _Progress()
         self._hash = hashlib.sha256()
+        self._written_back = 0  # bytes whose disk write was started (`start_writeback`)
         # Locked while this intake lives, so a restart removes it only if its process died.
         self.dir, lock = locked_temp_dir(tmp_root, UPLOAD_DIR_PREFIX)
         self._dir_lock: int | None = lock
@@ -329,15 +333,21 @@ class DatasetIntake:
             with self._growing_reader() as stream:
                 if relay is None:
                     self._profile = profile_csv(stream, head, self.pii)
-                else:  # one parse: in the fingerprints' blocks, handed to them
-                    self._profile = profile_csv(
-                        stream,
-                        head,
-                        self.pii,
-                        block_bytes=dataset_batches.CSV_BLOCK_BYTES,
-                        on_batch=relay.put,
-                    )
-                    relay.finish()
+                else:  # one parse: in the fingerprints' blocks and types, handed to them
+                    try:
+                        self._profile = profile_csv(
+                            stream,
+                            head,
+                            self.pii,
+                            block_bytes=dataset_batches.CSV_BLOCK_BYTES,
+                            on_batch=relay.put,
+                            typed=relay.types(),
+                        )
+                        relay.finish()
+                    except RetypeColumns:  # a value the typed read refused: all as text
+                        relay.give_up()
+                        with self._growing_reader() as again:
+                            self._profile = profile_csv(again, head, self.pii)
         except _Aborted:
             pass
         except BaseException as exc:
@@ -357,6 +367,10 @@ class DatasetIntake:
             written = os.write(self._fd, view)
             view = view[written:]
         self._progress.advance(len(data))
+        end = self._progress.written
+        if end - self._written_back >= WRITEBACK_BYTES:  # the store's fsync then waits less
+            start_writeback(self._fd, self._written_back, end - self._written_back)
+            self._written_back = end
 
     def _close_writer(self) -> None:
         if self._fd is not None:

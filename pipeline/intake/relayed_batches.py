@@ -8,6 +8,11 @@ once and the fingerprints are the same, byte for byte. Where a value might conve
 (pyarrow's casts are not the CSV reader's rules), or once the job has restarted, the job reads
 the file with its own reader, as it did before.
 
+The job tells the checks the types its reader gives the columns (`publish_types`), and the
+checks read the numbers and booleans among them typed, as that reader does: the job then only
+encodes the text columns. Where a value does not convert, the checks read the file again as
+text and `give_up` the relay: the job reads the file itself.
+
 The relay holds a few batches: the checks wait for a slower job, never the other way round
 beyond that. The job leaves the relay when it stops (`detach`), so the checks never wait for
 a job that is gone; the checks `abort` it when they stop early, so the job never waits for them.
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
@@ -38,14 +43,39 @@ class BatchRelay:
         self._finished = False
         self._aborted = False
         self._detached = False
+        self._given_up = False
+        self._types: dict[str, pa.DataType] | None = None
+
+    def publish_types(self, types: Mapping[str, pa.DataType]) -> None:
+        """The consumer's reader's column types (before its first batch)."""
+        with self._ready:
+            self._types = dict(types)
+            self._ready.notify_all()
+
+    def types(self) -> dict[str, pa.DataType]:
+        """Wait for the consumer's column types; none once it is gone."""
+        with self._ready:
+            while self._types is None and not self._detached:
+                self._ready.wait()
+            return {} if self._detached or self._types is None else dict(self._types)
+
+    def give_up(self) -> None:
+        """The producer stops relaying: the consumer reads the file itself (`RetypeColumns`)."""
+        with self._ready:
+            self._given_up = True
+            self._batches.clear()
+            self._ready.notify_all()
 
     def put(self, batch: pa.RecordBatch) -> None:
         with self._ready:
-            while len(self._batches) >= self._capacity and not self._detached:
+            while len(self._batches) >= self._capacity and self._open_for_puts():
                 self._ready.wait()
-            if not self._detached:
+            if self._open_for_puts():
                 self._batches.append(batch)
                 self._ready.notify_all()
+
+    def _open_for_puts(self) -> bool:
+        return not self._detached and not self._given_up
 
     def finish(self) -> None:
         """Every batch was put."""
@@ -70,8 +100,10 @@ class BatchRelay:
     def batches(self) -> Iterator[pa.RecordBatch]:
         while True:
             with self._ready:
-                while not self._batches and not self._finished and not self._aborted:
+                while not (self._batches or self._finished or self._aborted or self._given_up):
                     self._ready.wait()
+                if self._given_up:
+                    raise RetypeColumns  # start again on the file, whose reader decides
                 if self._aborted:
                     raise FingerprintCancelled("the checks stopped reading the file")
                 if not self._batches:
@@ -92,6 +124,7 @@ def relayed_csv_batches(relay: BatchRelay, file_source: CsvSource) -> BatchSourc
             yield from file_source()
             return
         started = True
+        relay.publish_types(file_source.types)
         try:
             for text in relay.batches():
                 typed = file_source.convert(text)

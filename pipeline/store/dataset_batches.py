@@ -136,9 +136,10 @@ class CsvSource:
                 yield batch
 
     def convert(self, text: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The batch this source reads from the block `text` holds (all its columns read as
-        text, nulls as the typed reader sees them), or None where a value may not convert the
-        way the CSV reader converts it (the caller reads the file with this source instead)."""
+        """The batch this source reads from the block `text` holds (its columns read as text,
+        or as this source's types, nulls as the typed reader sees them), or None where a value
+        may not convert the way the CSV reader converts it (the caller reads the file with this
+        source instead)."""
         arrays = []
         for name, kind in self.types.items():
             column = text.column(name)
@@ -162,7 +163,10 @@ class CsvSource:
 
 
 def _convert_text(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
-    """`column` (text) as the CSV reader's `kind`; None for a boolean it would not accept."""
+    """`column` (text) as the CSV reader's `kind`; None for a boolean it would not accept.
+    A column of that type already (the checks read it typed) is the reader's own."""
+    if column.type == kind:
+        return column
     if pa.types.is_dictionary(kind):
         return pc.dictionary_encode(column)
     if pa.types.is_boolean(kind):

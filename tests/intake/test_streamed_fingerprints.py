@@ -19,6 +19,7 @@ from pipeline.checks.benchmark_fingerprints import fingerprint_benchmark_file
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
+from pipeline.intake.profiles import profile_path
 from pipeline.intake.receiving import DatasetIntake, upload_tmp_root
 from pipeline.intake.streamed_fingerprints import FingerprintCancelled, FingerprintPlan
 from pipeline.store import dataset_batches
@@ -171,6 +172,50 @@ def test_the_job_fingerprints_the_checks_batches_without_reading_the_file_again(
     main = threading.get_ident()
     assert [ident for ident in reads if ident != main] == []  # the job read no file itself
     assert streamed == expected
+
+
+RATE_PLAN = FingerprintPlan(TARGET, ("calls", "fiber", "rate", "plan"), "test", "classification")
+
+
+@pytest.mark.parametrize("late", [None, {"calls": "n/a-yet"}, {"fiber": "tRuE"}])
+def test_the_checks_profile_is_the_same_whether_they_read_numbers_typed_or_as_text(
+    tmp_path: Path, late: dict[str, str] | None
+) -> None:
+    # `rate` holds only "NAN" (a number: NaN) and blanks: a value as text, so filled.
+    lines = typed_csv(late=late).decode().splitlines()
+    rows = [f"{line},{('NAN', '')[i % 2]}" for i, line in enumerate(lines[1:])]
+    data = "\n".join([lines[0] + ",rate", *rows]).encode() + b"\n"
+    path = tmp_path / "b.csv"
+    path.write_bytes(data)
+    as_text = profile_path(path, None)  # every column read as text
+    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
+        intake.plan_fingerprints(RATE_PLAN)
+        for start in range(0, len(data), 3000):
+            intake.write(data[start : start + 3000])
+        profile = intake.finish().profile
+        job = intake.fingerprint_job
+        assert job is not None
+        job.result()
+        streamed = job.out.read_bytes()
+    assert (profile.row_count, profile.columns, profile.filled) == (
+        as_text.row_count,
+        as_text.columns,
+        as_text.filled,
+    )
+    assert "rate" in profile.filled
+    out = tmp_path / "sequential.fingerprints"
+    fingerprint_benchmark_file(
+        path,
+        CSV,
+        columns=as_text.columns,
+        target_column=TARGET,
+        input_columns=RATE_PLAN.input_columns,
+        task_type=RATE_PLAN.task_type,
+        eval_split=RATE_PLAN.eval_split,
+        out=out,
+        tmp_root=tmp_path,
+    )
+    assert streamed == out.read_bytes()
 
 
 @pytest.mark.parametrize(
