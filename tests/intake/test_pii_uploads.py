@@ -162,3 +162,21 @@ def test_a_clean_file_with_order_numbers_and_ids_is_accepted(
     response = upload(client, key_headers, data, f"bench.{file_format}", **fields)
 
     assert response.status_code == 201, response.text
+
+
+def test_emails_after_a_long_run_of_numbers_in_a_csv_column_are_refused(
+    client, key_headers, db, settings
+) -> None:
+    # The CSV reader infers the column as numbers from its first block; the text further down
+    # must still be scanned, not skipped as a number column.
+    rows = 20_000
+    refs: list[Any] = [str(100_000 + i) for i in range(rows)]
+    refs = with_tail(refs, [PII["EMAIL_ADDRESS"](i) for i in range(10)])
+    data = csv_bytes(churn_table(rows, ref=refs))
+    head = data[: 256 * 1024].decode()
+    assert "@example.com" not in head and head.count("\n") > 2_000
+
+    response = upload(client, key_headers, data, "bench.csv")
+
+    assert_refused(response, "ref", "EMAIL_ADDRESS", 10)
+    assert_nothing_stored(db, settings)
