@@ -292,7 +292,7 @@ def coalition_fits(
         gradients = from_full[active]
         if step and anchored is not None:
             gradients -= anchored.shifts(betas[active] - full, membership[active])
-        for rows, single in ((coarse, True), (~coarse, False)) if step and not anchored else ():
+        for rows, single in ((coarse, True), (~coarse, False)) if step and anchored is None else ():
             if rows.any():
                 ids = active[rows]
                 chosen = [coalitions[i] for i in ids]
