@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument(
         "--faithfulness-seconds",
         type=float,
-        default=240.0,
+        default=200.0,
         help="seconds kept for the faithfulness table",
     )
     parser.add_argument("--workers", type=int, default=2, help="fit threads (the machine's cores)")
