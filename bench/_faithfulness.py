@@ -24,6 +24,13 @@ same over other seeds, and the split of the stand-in and of a tree surrogate are
 
 Only batches the reference pays (accepted, pool > 0) count: a share of a batch within noise is
 never paid.
+
+`measure_scale` is the same comparison at the sizes the surrogate is deployed for (demo churn,
+10,000 and 100,000 accepted rows, contributions of 1,000 rows), the surrogate as deployed (its
+sample of the accepted rows, `ValuationSettings` defaults) against exact Shapley with logistic
+regression. The accepted rows hold no two-year contract, which the benchmark and the
+contributions do: on data drawn like the accepted rows, 1,000 more rows never change the model
+beyond noise, so no batch would be paid and nothing compared.
 """
 
 from __future__ import annotations
@@ -210,26 +217,115 @@ def measure_forest(
                 errors = [e for e, _ in found.get(name, [])]
                 rhos = [r for _, r in found.get(name, [])]
                 table.append(
-                    {
-                        "data": data.name,
-                        "estimator": f"{as_recipe(data.estimator).estimator}, {name}",
-                        "players": players,
-                        "paid": len(errors),
-                        "scenarios": seeds,
-                        "max_error": _summary(errors, max),
-                        "median_error": _summary(errors, np.median),
-                        "min_spearman": _summary(rhos, min),
-                        "median_spearman": _summary(rhos, np.median),
-                        "within_5pct": sum(e <= 5.0 for e in errors),
-                        "floor_max_error": _summary(floors, max),
-                        "beyond_floor": sum(
-                            e > 5.0 and e > f for e, f in zip(errors, floors, strict=True)
-                        ),
-                    }
+                    _row(
+                        data.name,
+                        f"{as_recipe(data.estimator).estimator}, {name}",
+                        players,
+                        seeds,
+                        errors,
+                        rhos,
+                        floors,
+                    )
                 )
                 if on_row is not None:
                     on_row(table[-1])
     return table
+
+
+def scale_scenario(
+    accepted: int, players: int, seed: int
+) -> tuple[BenchmarkScorer, pd.DataFrame, list[Player]]:
+    """`accepted` demo churn rows without a two-year contract, 10,000 benchmark rows and
+    `players` contributions of 1,000 rows drawn like the benchmark, with seeded label noise."""
+    rng = np.random.default_rng(seed)
+    pool = pd.DataFrame(churn_rows(int(accepted * 1.4) + 1000, seed=seed + 17))
+    base = pool[pool["contract"] != "two-year"].iloc[:accepted].reset_index(drop=True)
+    contributions = []
+    for i in range(players):
+        rows = pd.DataFrame(churn_rows(1000, seed=seed * 100 + i + 31))
+        noisy = rng.random(len(rows)) < rng.choice(NOISE_LEVELS)
+        rows.loc[noisy, "churned"] = rng.permutation(rows["churned"].to_numpy())[: noisy.sum()]
+        contributions.append(Player(f"c{i}", rows))
+    scorer = BenchmarkScorer(
+        pd.DataFrame(churn_rows(10_000, seed=1)),
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="churned",
+        metric_name="accuracy",
+    )
+    return scorer, base, contributions
+
+
+def measure_scale(
+    accepted_sizes: list[int],
+    sizes: list[int],
+    seeds: int,
+    engine: Any,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    max_base_rows: int = ValuationSettings.surrogate_max_base_rows,
+) -> list[dict[str, Any]]:
+    """`measure`'s rows for `scale_scenario`: the surrogate as deployed (its accepted sample
+    included) against exact Shapley with logistic regression, with the floor."""
+    exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
+    deployed = ValuationSettings(
+        resamples=200, coalition_row_budget=0, surrogate_max_base_rows=max_base_rows, engine=engine
+    )
+    table = []
+    for accepted in accepted_sizes:
+        for players in sizes:
+            errors, rhos, floors = [], [], []
+            for seed in range(seeds):
+                scorer, base, contributions = scale_scenario(accepted, players, 10 * players + seed)
+                reference = value_batch(
+                    scorer, base, contributions, settings=exact, higher_is_better=True
+                )
+                if not reference.accepted or reference.pool_pct <= 0:
+                    continue
+                surrogate = value_batch(
+                    scorer,
+                    base,
+                    contributions,
+                    settings=deployed,
+                    without=reference.without,
+                    higher_is_better=True,
+                )
+                error, rho = compare(reference, surrogate)
+                errors.append(error)
+                rhos.append(rho)
+                again = perturbed(scorer, base, contributions, seed)
+                floor = value_batch(*again, settings=exact, higher_is_better=True)
+                floors.append(compare(reference, floor)[0])
+            name = f"churn {accepted:,} accepted"
+            table.append(_row(name, "logistic_regression", players, seeds, errors, rhos, floors))
+            if on_row is not None:
+                on_row(table[-1])
+    return table
+
+
+def _row(
+    data: str,
+    estimator: str,
+    players: int,
+    seeds: int,
+    errors: list[float],
+    rhos: list[float],
+    floors: list[float],
+) -> dict[str, Any]:
+    return {
+        "data": data,
+        "estimator": estimator,
+        "players": players,
+        "paid": len(errors),
+        "scenarios": seeds,
+        "max_error": _summary(errors, max),
+        "median_error": _summary(errors, np.median),
+        "min_spearman": _summary(rhos, min),
+        "median_spearman": _summary(rhos, np.median),
+        "within_5pct": sum(e <= 5.0 for e in errors),
+        "floor_max_error": _summary(floors, max),
+        # Beyond 5 % and beyond what the estimator's own arbitrariness moves.
+        "beyond_floor": sum(e > 5.0 and e > f for e, f in zip(errors, floors, strict=True)),
+    }
 
 
 def _summary(values: list[float], worst: Callable[[list[float]], float]) -> float:
@@ -279,25 +375,8 @@ def measure(
                 rhos.append(rho)
                 again = perturbed(scorer, base, contributions, seed)
                 floors.append(compare(reference, value_batch(*again, settings=exact, **options))[0])
-            table.append(
-                {
-                    "data": data.name,
-                    "estimator": as_recipe(data.estimator).estimator,
-                    "players": players,
-                    "paid": len(errors),
-                    "scenarios": seeds,
-                    "max_error": _summary(errors, max),
-                    "median_error": _summary(errors, np.median),
-                    "min_spearman": _summary(rhos, min),
-                    "median_spearman": _summary(rhos, np.median),
-                    "within_5pct": sum(e <= 5.0 for e in errors),
-                    "floor_max_error": _summary(floors, max),
-                    # Beyond 5 % and beyond what the estimator's own arbitrariness moves.
-                    "beyond_floor": sum(
-                        e > 5.0 and e > f for e, f in zip(errors, floors, strict=True)
-                    ),
-                }
-            )
+            estimator = as_recipe(data.estimator).estimator
+            table.append(_row(data.name, estimator, players, seeds, errors, rhos, floors))
             if on_row is not None:
                 on_row(table[-1])
     return table

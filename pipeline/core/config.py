@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # Shares of larger batches (docs/valuation-scale.md): the model's estimator plays every
     # coalition while their training rows add up to at most this; beyond, the surrogate game.
     valuation_coalition_row_budget: int = Field(default=200_000, ge=0)
-    valuation_surrogate_max_base_rows: int = Field(default=50_000, ge=100)
+    valuation_surrogate_max_base_rows: int = Field(default=20_000, ge=100)
     # A dask.distributed scheduler (tcp://host:8786) the fits run on; unset: this process.
     valuation_cluster_address: str | None = None
     reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)

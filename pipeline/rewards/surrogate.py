@@ -49,6 +49,7 @@ from pipeline.rewards.surrogate_fits import (
     LogisticPart,
     Moments,
     coalition_fits,
+    coalition_penalties,
     coalition_penalty,
     least_squares,
     logistic_fit,
@@ -207,13 +208,13 @@ class SurrogateGame:
                 chords.append(c)
         if chords:
             members_list = [self._members(c) for c in chords]
-            fits = coalition_fits(
-                self.logistic,
-                self.full_fit,
-                self.hessians,
-                members_list,
-                [self._penalty(m) for m in members_list],
+            membership = np.zeros((len(chords), len(self.parts)))
+            for row, members in enumerate(members_list):
+                membership[row, members] = 1.0
+            pens = coalition_penalties(
+                self.moments, membership, self.scaled, self.objective.penalty
             )
+            fits = coalition_fits(self.logistic, self.full_fit, self.hessians, members_list, pens)
             self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
         self._bulk_values(missing)
 

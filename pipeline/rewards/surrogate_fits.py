@@ -15,8 +15,9 @@ so the penalty λ w² becomes λ s² v² (`coalition_penalty`). The intercept is
   starts there and iterates with the coalition's Hessian at that fit (the sum of its parts',
   factored once) and the coalition's exact gradient, vectorised over coalitions, until it
   converges: the chord method, linear convergence at a cost of two matrix products per step.
-  Passes with large steps run in float32 (`COARSE_STEP`), the last ones in float64; a
-  coalition stops when its step, or its estimated remaining error, is below `TOLERANCE`.
+  Binomial passes run in float32 around the full fit (`_Anchored`), as precise as float64's;
+  multinomial ones in float32 while steps are large (`COARSE_STEP`), the last ones in float64.
+  A coalition stops when its step, or its estimated remaining error, is below `TOLERANCE`.
   A coalition that does not converge so is finished by full Newton steps.
 """
 
@@ -42,8 +43,9 @@ INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50
 # Beyond this many chord passes a coalition is far from the full fit: full Newton is faster.
 CHORD_STEPS = 20
-# Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at tol 1e-4).
-TOLERANCE = 1e-6
+# Coefficient steps below this end the iterations (scikit-learn's lbfgs stops at a gradient
+# tolerance of 1e-4; 1e-6 gave the same shares on the bench's batches, with a third more passes).
+TOLERANCE = 1e-5
 # A coalition's chord pass runs in float32 while its last step was at least this large: such a
 # pass costs about a third of a float64 one, and its rounding (a few 1e-7 on a coefficient)
 # is far below the step. The passes that end the iterations, and so set the fit, are float64.
@@ -112,13 +114,21 @@ def coalition_penalty(moments: Sequence[Moments], scaled: np.ndarray, penalty: f
 
     `scaled` marks the columns the model standardises; a column constant over the coalition
     gets the plain penalty (its standardised coefficient has no data and is 0)."""
-    count = sum(m.count for m in moments)
-    mean = sum(m.sums for m in moments) / count
-    variance = np.maximum(sum(m.squares for m in moments) / count - mean * mean, 0.0)
+    return np.asarray(coalition_penalties(moments, np.ones((1, len(moments))), scaled, penalty)[0])
+
+
+def coalition_penalties(
+    moments: Sequence[Moments], membership: np.ndarray, scaled: np.ndarray, penalty: float
+) -> np.ndarray:
+    """`coalition_penalty` of many coalitions at once (`membership`: coalitions x parts, 1 for
+    a member), coalitions x columns."""
+    count = membership @ np.asarray([m.count for m in moments])
+    mean = (membership @ np.stack([m.sums for m in moments])) / count[:, None]
+    squares = (membership @ np.stack([m.squares for m in moments])) / count[:, None]
+    variance = np.maximum(squares - mean * mean, 0.0)
     constant = variance <= 1e-12 * (1.0 + mean * mean)
-    factor = np.where(scaled & ~constant, variance, 1.0)
-    result = penalty * factor
-    result[-1] = 0.0
+    result = penalty * np.where(scaled & ~constant, variance, 1.0)
+    result[:, -1] = 0.0
     return np.asarray(result)
 
 
@@ -253,12 +263,15 @@ def coalition_fits(
     full: np.ndarray,
     hessians: Sequence[np.ndarray],
     coalitions: Sequence[Sequence[int]],
-    pens: Sequence[np.ndarray],
+    pens: np.ndarray,
 ) -> list[np.ndarray]:
     """Each coalition's logistic fit (coalitions: lists of part indices), from the fit on
-    every part `full` and the parts' Hessians there (module docstring)."""
+    every part `full` and the parts' Hessians there (module docstring); `pens`: each
+    coalition's penalty per column (`coalition_penalties`)."""
     outputs = full.shape[0]
-    pen_rows = np.stack([_full_penalty(p, outputs) for p in pens])
+    pen_rows = np.repeat(np.asarray(pens)[:, None, :], outputs, axis=1)
+    if outputs > 1:
+        pen_rows[:, :, -1] = INTERCEPT_PENALTY  # as `_full_penalty`
     inverses, slow = _chord_inverses(hessians, coalitions, pen_rows)
     betas = np.repeat(full[None], len(coalitions), axis=0)
     active = np.setdiff1d(np.arange(len(coalitions)), slow)
@@ -268,13 +281,18 @@ def coalition_fits(
     # Every coalition's first pass is at `full`: its gradient is a sum of the parts' there,
     # each computed once (and that pass is a Newton step, the chord matrix being exact there).
     at_full = np.stack([_gradient(part, full) for part in parts])
+    membership = np.zeros((len(coalitions), len(parts)))
+    for row, members in enumerate(coalitions):
+        membership[row, list(members)] = 1.0
+    from_full = (membership @ at_full.reshape(len(parts), -1)).reshape(betas.shape)
+    anchored = _Anchored.of(parts, full, hessians)
     last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
     for step in range(CHORD_STEPS):
         coarse = last[active] >= COARSE_STEP
-        gradients = np.empty((len(active), *full.shape))
-        if step == 0:
-            gradients[:] = [at_full[list(coalitions[i])].sum(axis=0) for i in active]
-        for rows, single in ((coarse, True), (~coarse, False)) if step else ():
+        gradients = from_full[active]
+        if step and anchored is not None:
+            gradients -= anchored.shifts(betas[active] - full, membership[active])
+        for rows, single in ((coarse, True), (~coarse, False)) if step and anchored is None else ():
             if rows.any():
                 ids = active[rows]
                 chosen = [coalitions[i] for i in ids]
@@ -284,9 +302,10 @@ def coalition_fits(
         betas[active] += steps
         size = np.max(np.abs(steps), axis=(1, 2))
         with np.errstate(divide="ignore", invalid="ignore"):  # a last step of 0: no rate
-            rate = size / last[active]
-            left = np.where(rate < STOP_RATE, size * rate / (1.0 - rate), np.inf)
-        moved = coarse | ((size >= TOLERANCE) & (left >= TOLERANCE))
+            rate = size / last[active]  # none after the first step (its last is infinite)
+            sure = (rate < STOP_RATE) & np.isfinite(last[active])
+            left = np.where(sure, size * rate / (1.0 - rate), np.inf)
+        moved = (coarse & (anchored is None)) | ((size >= TOLERANCE) & (left >= TOLERANCE))
         last[active] = size
         if not moved.all():
             active, inv = active[moved], inv[moved]
@@ -295,6 +314,68 @@ def coalition_fits(
     for i in [*slow, *active.tolist()]:  # no factor, or slow by chords: full Newton from there
         betas[i] = logistic_fit([parts[j] for j in coalitions[i]], pens[i], betas[i])
     return list(betas)
+
+
+# Binomial passes run around the full fit in float32 unless a row's linear predictor there is
+# beyond this: its tanh rounds to ±1 in float32 and the difference formula loses it.
+ANCHOR_LIMIT = 15.0
+
+
+@dataclass(frozen=True)
+class _Anchored:
+    """Binomial parts seen from the full fit β*, for chord passes in float32 that keep float64's
+    precision: a part's gradient at β is its gradient at β* (float64, once) minus
+    (W X)ᵀ (σ(η* + Δη) − σ(η*)), and with T = tanh(η*/2), u = tanh(Δη/2) that difference is
+    ½ (1 − T²) u / (1 + T u): each factor with a relative error of float32's, so the
+    difference is as precise relative to itself, however small the step. What float32's
+    sums still leave along directions no row sees (the one-hot columns of a feature summed,
+    minus the intercept: X v = 0, so the exact data gradient has no part there, and the
+    penalty alone sets the coefficients there) is projected out."""
+
+    x: tuple[np.ndarray, ...]  # per part, float32
+    tanh: tuple[np.ndarray, ...]  # T per row, float32 (rows x 1)
+    moment_t: tuple[np.ndarray, ...]  # (W ½(1 − T²) X)ᵀ, float32 (features x rows)
+    seen: np.ndarray  # projection onto the directions the rows see (features x features)
+
+    @classmethod
+    def of(
+        cls, parts: Sequence[LogisticPart], full: np.ndarray, hessians: Sequence[np.ndarray]
+    ) -> _Anchored | None:
+        if full.shape[0] != 1:
+            return None  # multinomial: float64 and float32 passes (`_gradients`)
+        etas = [part.x @ full[0] for part in parts]
+        if max((float(np.max(np.abs(e))) for e in etas if len(e)), default=0.0) > ANCHOR_LIMIT:
+            return None
+        xs, tanhs, moments = [], [], []
+        for part, eta in zip(parts, etas, strict=True):
+            t = np.tanh(0.5 * eta)
+            xs.append(np.asarray(part.x, dtype=np.float32))
+            tanhs.append(t.astype(np.float32)[:, None])
+            curvature = part.weight * 0.5 * (1.0 - t * t)
+            moments.append(np.ascontiguousarray((part.x * curvature[:, None]).T, dtype=np.float32))
+        values, vectors = np.linalg.eigh(sum(hessians))
+        unseen = vectors[:, values <= 1e-9 * max(float(values[-1]), 1e-300)]
+        seen = np.eye(len(values)) - unseen @ unseen.T
+        return cls(tuple(xs), tuple(tanhs), tuple(moments), seen)
+
+    def shifts(self, deltas: np.ndarray, membership: np.ndarray) -> np.ndarray:
+        """Σ over each coalition's parts of (W X)ᵀ (σ(η* + Δη) − σ(η*)), `deltas` = β − β*
+        (coalitions x 1 x features), `membership` coalitions x parts (1: a member)."""
+        total = np.zeros((len(deltas), deltas.shape[-1]))
+        half = (0.5 * deltas[:, 0, :]).astype(np.float32)
+        anchors = zip(self.x, self.tanh, self.moment_t, strict=True)
+        for index, (x, t, moment_t) in enumerate(anchors):
+            holders = np.flatnonzero(membership[:, index])
+            chunk = max(1, CHUNK_CELLS // max(len(x), 1))
+            for start in range(0, len(holders), chunk):
+                ids = holders[start : start + chunk]
+                u = x @ half[ids].T  # Δη / 2, rows x coalitions
+                np.tanh(u, out=u)
+                denominator = u * t
+                denominator += 1.0
+                u /= denominator
+                total[ids] += (moment_t @ u).T
+        return np.asarray((total @ self.seen)[:, None, :])
 
 
 def _chord_inverses(

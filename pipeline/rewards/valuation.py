@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.checks.disclosure import submitter_integrity
@@ -95,7 +96,7 @@ class ValuationSettings:
     exact_max_players: int = 6
     shapley_budget: int = 128
     coalition_row_budget: int = 200_000
-    surrogate_max_base_rows: int = 50_000
+    surrogate_max_base_rows: int = 20_000
     engine: FitEngine = field(default_factory=FitEngine)
 
     @classmethod
@@ -126,10 +127,31 @@ class Player:
 
 def frame_fingerprint(frame: pd.DataFrame) -> str:
     """A hash of a frame's rows and columns: equal frames get equal fingerprints."""
-    digest = hashlib.sha256()
-    digest.update("\x1f".join(map(str, frame.columns)).encode())
-    digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
-    return digest.hexdigest()
+    return frame_fingerprints([frame])[0]
+
+
+def frame_fingerprints(frames: Sequence[pd.DataFrame]) -> list[str]:
+    """`frame_fingerprint` of each frame. Frames of the same columns and types have their rows
+    hashed in one call (a row's hash depends on its values only; pandas' cost is mostly per
+    call and column), so each fingerprint is the one the frame alone would get. A frame with an
+    object column is hashed alone: pandas factorises such a column first, and in one call 1
+    and True of two frames would be one value."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, frame in enumerate(frames):
+        signature = tuple(f"{c!r}:{t}" for c, t in frame.dtypes.items())
+        alone = any(pd.api.types.is_object_dtype(t) for t in frame.dtypes)
+        groups.setdefault((str(i),) if alone else signature, []).append(i)
+    result = [""] * len(frames)
+    for members in groups.values():
+        rows = pd.concat([frames[i] for i in members], ignore_index=True)
+        hashes = pd.util.hash_pandas_object(rows, index=False).to_numpy()
+        ends = np.cumsum([len(frames[i]) for i in members])
+        for i, end in zip(members, ends, strict=True):
+            digest = hashlib.sha256()
+            digest.update("\x1f".join(map(str, frames[i].columns)).encode())
+            digest.update(hashes[end - len(frames[i]) : end].tobytes())
+            result[i] = digest.hexdigest()
+    return result
 
 
 @dataclass
@@ -344,8 +366,10 @@ def _units(players: Sequence[Player]) -> list[list[Player]]:
     """Players grouped by identical rows, in canonical order (by content): the submission
     order changes nothing."""
     groups: dict[str, list[Player]] = {}
+    missing = [p.frame for p in players if not p.fingerprint]
+    computed = iter(frame_fingerprints(missing))
     for player in players:
-        fingerprint = player.fingerprint or frame_fingerprint(player.frame)
+        fingerprint = player.fingerprint or next(computed)
         groups.setdefault(fingerprint, []).append(Player(player.key, player.frame, fingerprint))
     return [sorted(groups[f], key=lambda p: p.key) for f in sorted(groups)]
 

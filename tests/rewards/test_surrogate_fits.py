@@ -7,18 +7,23 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from sklearn.datasets import load_wine
 
+from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.metrics import improvement_denominator
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe
+from pipeline.rewards import surrogate_fits
 from pipeline.rewards.surrogate import SurrogateGame
-from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, objective_for
+from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, coalition_fits, objective_for
 from tests.support.valuation import CANCER, DIABETES, shuffled
 
 WINE = shuffled(load_wine(as_frame=True).frame)
+# Numbers and categories (one-hot columns: their sum per feature is the intercept's column).
+CHURN = pd.DataFrame(churn_rows(600, seed=5)).rename(columns={"churned": "target"})
 # lbfgs stops at tol 1e-4 by default; the surrogate solves to convergence, so the reference
 # here converges too (the bench measures the default, bench/_faithfulness.py).
 TIGHT = {"tol": 1e-10, "max_iter": 10_000}
@@ -31,6 +36,12 @@ CASES: dict[str, tuple[pd.DataFrame, str, str, Recipe]] = {
         "classification",
         "roc_auc",
         Recipe("logistic_regression", {"C": 0.05, **TIGHT}),
+    ),
+    "binomial logistic, categories": (
+        CHURN,
+        "classification",
+        "roc_auc",
+        Recipe("logistic_regression", TIGHT),
     ),
     "multinomial logistic": (
         WINE,
@@ -86,3 +97,45 @@ def test_the_surrogate_takes_a_linear_estimators_own_penalty(
 ) -> None:
     objective: Any = objective_for(recipe, task)
     assert (objective.penalty, objective.exact) == (pytest.approx(penalty), exact)
+
+
+def test_float32_passes_around_the_full_fit_land_where_float64_passes_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Binomial chord passes in float32 (`_Anchored`) keep float64's precision: every
+    coalition's fit is the one float64 passes find, to the solver's tolerance, on data with
+    one-hot columns (directions no row sees) and thousands of rows."""
+    frame = pd.DataFrame(churn_rows(6000, seed=7)).rename(columns={"churned": "target"})
+    frame.loc[frame.index[4000:4500], "target"] = 1 - frame["target"].iloc[4000:4500]  # noisy
+    bench, base = frame.iloc[:1000], frame.iloc[1000:3000]
+    parts = [frame.iloc[start : start + 500] for start in range(3000, 6000, 500)]
+    scorer = BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="target",
+        metric_name="accuracy",
+    )
+    game = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    coalitions = [
+        [0, *(i + 1 for i in c)]
+        for size in range(1, len(parts) + 1)
+        for c in itertools.combinations(range(len(parts)), size)
+    ]
+    pens = np.stack([game._penalty(c) for c in coalitions])
+
+    def fits() -> np.ndarray:
+        return np.stack(
+            coalition_fits(game.logistic, game.full_fit, game.hessians, coalitions, pens)
+        )
+
+    anchored = fits()
+    monkeypatch.setattr(surrogate_fits._Anchored, "of", classmethod(lambda cls, *args: None))
+    plain = fits()
+    # Both stop within TOLERANCE of the fit; float32's sums left along the unseen directions
+    # (about 5e-5 here) would be beyond.
+    assert np.max(np.abs(anchored - plain)) < 2 * surrogate_fits.TOLERANCE
+    # Where predictions are concerned (the rows' linear predictors), closer still.
+    x = game.x_bench
+    eta = np.einsum("nd,cd->cn", x, anchored[:, 0]) - np.einsum("nd,cd->cn", x, plain[:, 0])
+    assert np.max(np.abs(eta)) < 10 * surrogate_fits.TOLERANCE

@@ -165,3 +165,19 @@ def test_a_large_accepted_set_is_sampled_by_class_with_weights_that_keep_its_mas
     assert game.sample_rows == len(game.parts[0].x) <= 102
     assert np.all(game.parts[0].weight == pytest.approx(300 / game.sample_rows))
     assert game.value(frozenset()) == 0.0
+
+
+def test_the_accepted_sample_is_seeded_so_a_valuation_repeats() -> None:
+    """The surrogate's sample of a large accepted set is the same on every run (shares repeat
+    to the last bit), and another seed draws other rows."""
+    sample, _ = stratified_sample(REST, "target", 100, stratify=True)
+    again, _ = stratified_sample(REST, "target", 100, stratify=True)
+    other, _ = stratified_sample(REST, "target", 100, stratify=True, seed=12)
+    assert sample.index.tolist() == again.index.tolist() != other.index.tolist()
+    settings = ValuationSettings(resamples=200, coalition_row_budget=0, surrogate_max_base_rows=100)
+    frames = {key: REST.iloc[300 + 30 * i : 330 + 30 * i] for i, key in enumerate("abc")}
+    first, second = (
+        _value(_scorer(), frames, base=REST.iloc[:300], settings=settings) for _ in "12"
+    )
+    assert first.sample_rows == second.sample_rows <= 102
+    assert first.shares == second.shares
