@@ -256,6 +256,31 @@ def scale_scenario(
     return scorer, base, contributions
 
 
+def compared(
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame,
+    contributions: list[Player],
+    exact: ValuationSettings,
+    cheap: ValuationSettings,
+    seed: int,
+    *,
+    higher_is_better: bool,
+) -> tuple[float, float, float] | None:
+    """(share error % of pool, Spearman, floor error) of one batch, or None when the reference
+    pays nothing: the surrogate (`cheap`) and the perturbed estimator against exact Shapley."""
+    options: dict[str, Any] = {"higher_is_better": higher_is_better}
+    reference = value_batch(scorer, base, contributions, settings=exact, **options)
+    if not reference.accepted or reference.pool_pct <= 0:
+        return None
+    surrogate = value_batch(
+        scorer, base, contributions, settings=cheap, without=reference.without, **options
+    )
+    error, rho = compare(reference, surrogate)
+    again = perturbed(scorer, base, contributions, seed)
+    floor = compare(reference, value_batch(*again, settings=exact, **options))[0]
+    return error, rho, floor
+
+
 def measure_scale(
     accepted_sizes: list[int],
     sizes: list[int],
@@ -275,26 +300,12 @@ def measure_scale(
         for players in sizes:
             errors, rhos, floors = [], [], []
             for seed in range(seeds):
-                scorer, base, contributions = scale_scenario(accepted, players, 10 * players + seed)
-                reference = value_batch(
-                    scorer, base, contributions, settings=exact, higher_is_better=True
-                )
-                if not reference.accepted or reference.pool_pct <= 0:
-                    continue
-                surrogate = value_batch(
-                    scorer,
-                    base,
-                    contributions,
-                    settings=deployed,
-                    without=reference.without,
-                    higher_is_better=True,
-                )
-                error, rho = compare(reference, surrogate)
-                errors.append(error)
-                rhos.append(rho)
-                again = perturbed(scorer, base, contributions, seed)
-                floor = value_batch(*again, settings=exact, higher_is_better=True)
-                floors.append(compare(reference, floor)[0])
+                scenario_ = scale_scenario(accepted, players, 10 * players + seed)
+                found = compared(*scenario_, exact, deployed, seed, higher_is_better=True)
+                if found is not None:
+                    errors.append(found[0])
+                    rhos.append(found[1])
+                    floors.append(found[2])
             name = f"churn {accepted:,} accepted"
             table.append(_row(name, "logistic_regression", players, seeds, errors, rhos, floors))
             if on_row is not None:
@@ -357,24 +368,17 @@ def measure(
         for players in sizes:
             errors, rhos, floors = [], [], []
             for seed in range(seeds):
-                scorer, base, contributions = scenario(data, players, 1000 * players + seed)
-                options: dict[str, Any] = {"higher_is_better": data.metric != "rmse"}
-                reference = value_batch(scorer, base, contributions, settings=exact, **options)
-                if not reference.accepted or reference.pool_pct <= 0:
-                    continue
-                surrogate = value_batch(
-                    scorer,
-                    base,
-                    contributions,
-                    settings=cheap,
-                    without=reference.without,
-                    **options,
+                found = compared(
+                    *scenario(data, players, 1000 * players + seed),
+                    exact,
+                    cheap,
+                    seed,
+                    higher_is_better=data.metric != "rmse",
                 )
-                error, rho = compare(reference, surrogate)
-                errors.append(error)
-                rhos.append(rho)
-                again = perturbed(scorer, base, contributions, seed)
-                floors.append(compare(reference, value_batch(*again, settings=exact, **options))[0])
+                if found is not None:
+                    errors.append(found[0])
+                    rhos.append(found[1])
+                    floors.append(found[2])
             estimator = as_recipe(data.estimator).estimator
             table.append(_row(data.name, estimator, players, seeds, errors, rhos, floors))
             if on_row is not None:
