@@ -104,9 +104,7 @@ class _NativeThreads:
     def __enter__(self) -> None:
         with self._lock:
             if self._users == 0:
-                from threadpoolctl import threadpool_limits
-
-                self._limit = threadpool_limits(limits=THREADS, user_api="blas")
+                self._limit = _controller().limit(limits=THREADS, user_api="blas")
             self._users += 1
 
     def __exit__(self, *_: object) -> None:
@@ -115,6 +113,18 @@ class _NativeThreads:
             if self._users == 0:
                 self._limit.restore_original_limits()
                 self._limit = None
+
+
+@lru_cache(maxsize=1)
+def _controller() -> Any:
+    """threadpoolctl's view of this process's native libraries, taken once: building it scans
+    every loaded library (2-3 ms, a twentieth of a small model's fit, at every valuation).
+    The BLAS libraries fits use are NumPy's and SciPy's; SciPy's is loaded here first, since a
+    view taken before a library is loaded never limits it."""
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 _native_threads = _NativeThreads()
