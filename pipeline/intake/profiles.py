@@ -104,8 +104,9 @@ class _ProfileBuilder:
     def add(
         self, batch: pa.RecordBatch, *, count_rows: bool = True, parsed: Collection[str] = ()
     ) -> None:
-        """`parsed`: columns a CSV reader converted from text (numbers, booleans), whose every
-        value it read is one (a NaN was written "NaN", "inf" and the like)."""
+        """`parsed`: columns a CSV reader converted from text (numbers, booleans). Their nulls
+        are the reader's null values (blank, "NaN", "NA"...), so any non-null value counts as
+        filled, as a non-blank text value does in a text read."""
         if count_rows:
             self.rows += batch.num_rows
         for name, column in zip(batch.schema.names, batch.columns, strict=True):

@@ -344,7 +344,8 @@ class DatasetIntake:
                             typed=relay.types(),
                         )
                         relay.finish()
-                    except RetypeColumns:  # a value the typed read refused: all as text
+                    except RetypeColumns:  # the CSV's types change below its first block:
+                        # a text read scans every value, and the job reads the file itself
                         relay.give_up()
                         with self._growing_reader() as again:
                             self._profile = profile_csv(again, head, self.pii)

@@ -103,7 +103,9 @@ class BatchRelay:
                 while not (self._batches or self._finished or self._aborted or self._given_up):
                     self._ready.wait()
                 if self._given_up:
-                    raise RetypeColumns  # start again on the file, whose reader decides
+                    # The checks met a value their typed read refused and read the file as
+                    # text: no batches will come, so the job reads the file itself.
+                    raise RetypeColumns
                 if self._aborted:
                     raise FingerprintCancelled("the checks stopped reading the file")
                 if not self._batches:
