@@ -68,16 +68,19 @@ def file_bytes(file_format: str, source: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def sequential(path: Path, file_format: str, columns: list[str], tmp: Path) -> bytes:
+def sequential(
+    path: Path, file_format: str, columns: list[str], tmp: Path, plan: FingerprintPlan = PLAN
+) -> bytes:
+    """The fingerprints of the whole file at `path`, built after its last byte."""
     out = tmp / f"sequential-{uuid.uuid4().hex}.fingerprints"
     fingerprint_benchmark_file(
         path,
         file_format,
         columns=columns,
-        target_column=PLAN.target_column,
-        input_columns=PLAN.input_columns,
-        task_type=PLAN.task_type,
-        eval_split=PLAN.eval_split,
+        target_column=plan.target_column,
+        input_columns=plan.input_columns,
+        task_type=plan.task_type,
+        eval_split=plan.eval_split,
         out=out,
         tmp_root=tmp,
     )
@@ -132,29 +135,24 @@ def typed_csv(rows: int = ROWS, late: dict[str, str] | None = None) -> bytes:
     return "\n".join(lines).encode() + b"\n"
 
 
-def streamed_and_sequential(data: bytes, tmp_path: Path) -> tuple[bytes, bytes]:
+def streamed(data: bytes, plan: FingerprintPlan, tmp_path: Path) -> tuple[Any, bytes]:
+    """The upload of `data` in 3,000-byte writes: its received file and the job's fingerprints."""
     with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
-        intake.plan_fingerprints(TYPED_PLAN)
+        intake.plan_fingerprints(plan)
         for start in range(0, len(data), 3000):
             intake.write(data[start : start + 3000])
         received = intake.finish()
         job = intake.fingerprint_job
         assert job is not None
         job.result()
-        streamed = job.out.read_bytes()
-        out = tmp_path / "sequential.fingerprints"
-        fingerprint_benchmark_file(
-            received.path,
-            CSV,
-            columns=received.profile.columns,
-            target_column=TARGET,
-            input_columns=TYPED_PLAN.input_columns,
-            task_type=TYPED_PLAN.task_type,
-            eval_split=TYPED_PLAN.eval_split,
-            out=out,
-            tmp_root=tmp_path,
-        )
-    return streamed, out.read_bytes()
+        return received, job.out.read_bytes()
+
+
+def streamed_and_sequential(data: bytes, tmp_path: Path) -> tuple[bytes, bytes]:
+    path = tmp_path / "whole.csv"
+    path.write_bytes(data)
+    received, fingerprints = streamed(data, TYPED_PLAN, tmp_path)
+    return fingerprints, sequential(path, CSV, received.profile.columns, tmp_path, TYPED_PLAN)
 
 
 def test_the_job_fingerprints_the_checks_batches_without_reading_the_file_again(
@@ -188,34 +186,15 @@ def test_the_checks_profile_is_the_same_whether_they_read_numbers_typed_or_as_te
     path = tmp_path / "b.csv"
     path.write_bytes(data)
     as_text = profile_path(path, None)  # every column read as text
-    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
-        intake.plan_fingerprints(RATE_PLAN)
-        for start in range(0, len(data), 3000):
-            intake.write(data[start : start + 3000])
-        profile = intake.finish().profile
-        job = intake.fingerprint_job
-        assert job is not None
-        job.result()
-        streamed = job.out.read_bytes()
+    received, fingerprints = streamed(data, RATE_PLAN, tmp_path)
+    profile = received.profile
     assert (profile.row_count, profile.columns, profile.filled) == (
         as_text.row_count,
         as_text.columns,
         as_text.filled,
     )
     assert "rate" in profile.filled
-    out = tmp_path / "sequential.fingerprints"
-    fingerprint_benchmark_file(
-        path,
-        CSV,
-        columns=as_text.columns,
-        target_column=TARGET,
-        input_columns=RATE_PLAN.input_columns,
-        task_type=RATE_PLAN.task_type,
-        eval_split=RATE_PLAN.eval_split,
-        out=out,
-        tmp_root=tmp_path,
-    )
-    assert streamed == out.read_bytes()
+    assert fingerprints == sequential(path, CSV, as_text.columns, tmp_path, RATE_PLAN)
 
 
 @pytest.mark.parametrize(
