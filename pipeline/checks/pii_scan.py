@@ -12,6 +12,11 @@ CANDIDATE_CHAR_BUDGET characters are held. When a file has more, the confirmed o
 uniform sample of each column's distinct candidates over the whole file (bottom-k: those with
 the smallest keyed hash), never its head, and the report says it was sampled. Reports name
 columns and entity types with counts of distinct values, never the values themselves.
+
+Number columns are scanned only when their name says they hold contact or payment numbers
+(`holds_contact_numbers`): a bare number of 8 digits or more is a valid phone number for some
+region as often as not (85 % of epoch-second timestamps, 90 % of 10-digit ids), so scanning every
+number column would refuse most clean files, as a free-text "ticket 1234567890" already is.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +63,60 @@ CONCAT_MAX_BYTES = 1 << 30
 # A column whose first pass passes fewer than one value in this many is pre-filtered through the
 # one-pass gate afterwards (`pii_prefilter.GATE`).
 GATED_RATIO = 64
+
+
+# A phone number has at least `pii.PHONE_MIN_DIGITS` (8) digits and every other entity a bare
+# number can be (a card, an SSN) more: a number below this holds none.
+LONG_NUMBER = 10 ** (pii.PHONE_MIN_DIGITS - 1)
+
+# Column names that say a number column holds phone, card or account numbers: whole words of the
+# name (snake_case, kebab-case, camelCase and spaces split it), or these inside a word.
+_CONTACT_WORDS = frozenset(
+    {
+        "phone",
+        "phones",
+        "tel",
+        "telephone",
+        "mobile",
+        "cell",
+        "fax",
+        "msisdn",
+        "whatsapp",
+        "card",
+        "cc",
+        "ccn",
+        "pan",
+        "ssn",
+    }
+)
+_CONTACT_PARTS = ("phone", "mobile", "msisdn", "whatsapp", "cardnumber", "creditcard")
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def holds_contact_numbers(name: str) -> bool:
+    """Whether a number column called `name` is scanned for PII (see the module doc)."""
+    words = {word.lower() for word in _WORD.findall(name)}
+    lowered = name.lower()
+    return bool(words & _CONTACT_WORDS) or any(part in lowered for part in _CONTACT_PARTS)
+
+
+def is_number_type(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The whole numbers of a number column with 8 digits or more, as the text of their digits
+    (what a phone or card number written as a number reads as); NaN, fractions and nulls drop."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    big = pc.greater_equal(column, LONG_NUMBER)
+    if not pa.types.is_unsigned_integer(column.type):
+        big = pc.or_(big, pc.less_equal(column, -LONG_NUMBER))
+    column = column.filter(big)  # NaN compares false and null masks drop: both leave
+    if pa.types.is_floating(column.type):
+        whole = pc.and_(pc.equal(pc.floor(column), column), pc.less(pc.abs(column), 2.0**63))
+        column = column.filter(whole).cast(pa.int64())  # float's own text would be 4.1e+09
+    return column.cast(pa.string())
 
 
 @dataclass(frozen=True)
@@ -172,8 +232,13 @@ class PiiScanner:
         self._gated: dict[str, bool] = {}  # likewise
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
-        """Pre-filter one batch of column `name` (a text or dictionary-of-text array)."""
+        """Pre-filter one batch of column `name`: a text or dictionary-of-text array, or numbers
+        (of a column `holds_contact_numbers` names), whose long ones are scanned as text."""
         started = time.perf_counter()
+        if is_number_type(column.type):
+            column = long_numbers(column)
+        elif not is_text_type(column.type):  # a "phone" column of booleans or dates
+            return
         self.scanned += len(column) - column.null_count
         values = text_values(column)
         self._pending[name].append(values)
@@ -292,11 +357,16 @@ def is_text_type(kind: pa.DataType) -> bool:
     )
 
 
+def scanned_type(name: str, kind: pa.DataType) -> bool:
+    """Whether a column of this name and type is scanned: text, or contact numbers."""
+    return is_text_type(kind) or (is_number_type(kind) and holds_contact_numbers(name))
+
+
 def scan_table(table: pa.Table, settings: Settings) -> PiiReport:
     """Scan every value of the text columns of an Arrow table."""
     if not settings.enable_pii_detection:
         return PiiReport(skipped=True)
-    names = [f.name for f in table.schema if is_text_type(f.type)]
+    names = [f.name for f in table.schema if scanned_type(f.name, f.type)]
     scanner = PiiScanner(settings, list(dict.fromkeys(names)))
     for name in scanner.columns:
         for chunk in table.column(name).chunks:
@@ -307,7 +377,8 @@ def scan_table(table: pa.Table, settings: Settings) -> PiiReport:
 def scan_frame(
     df: pd.DataFrame, settings: Settings, columns: Sequence[str] | None = None
 ) -> PiiReport:
-    """Scan every value of the text columns of `df` (or of those of `columns` that hold text)."""
+    """Scan every value of the text columns of `df` and the long numbers of its contact-number
+    columns (or of those of `columns` that hold them)."""
     if not settings.enable_pii_detection:
         return PiiReport(skipped=True)
     if columns is not None:
@@ -319,8 +390,12 @@ def scan_frame(
     # By position: labels may repeat (a CSV header can), and df[label] would be a frame then.
     for position, name in enumerate(df.columns):
         series = df.iloc[:, position]
-        if (wanted is None or name in wanted) and _is_text(series):
+        if wanted is not None and name not in wanted:
+            continue
+        if _is_text(series):
             texts.setdefault(str(name), []).append(_as_arrow_text(series))
+        elif _is_number(series) and holds_contact_numbers(str(name)):
+            texts.setdefault(str(name), []).append(pa.array(series, from_pandas=True))
     scanner = PiiScanner(settings, list(texts))
     for name, arrays in texts.items():
         for array in arrays:
@@ -345,6 +420,11 @@ def _is_text(series: pd.Series) -> bool:
         dtype = dtype.categories.dtype
     # Object columns also carry JSON's nested lists and dicts, which can hide e-mails as well.
     return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+
+
+def _is_number(series: pd.Series) -> bool:
+    dtype = series.dtype
+    return bool(pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype))
 
 
 def _as_arrow_text(series: pd.Series) -> pa.Array:

@@ -24,7 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
+from pipeline.checks.pii_scan import (
+    PiiReport,
+    PiiScanner,
+    holds_contact_numbers,
+    is_text_type,
+)
 from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.store.bounded_read import (
@@ -97,7 +102,8 @@ class _ProfileBuilder:
         self.columns = columns
         self.rows = 0
         self.filled: set[str] = set()
-        text = [name for name in columns if name in set(text_columns)]
+        texts = set(text_columns)
+        text = [name for name in columns if name in texts or holds_contact_numbers(name)]
         scan = pii is not None and pii.enable_pii_detection
         self.pii = PiiScanner(pii, text) if pii is not None and scan else None
 

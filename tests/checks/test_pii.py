@@ -111,15 +111,54 @@ def test_decimal_amounts_are_not_phone_numbers(settings: Settings) -> None:
     assert pii_scan.scan_values(amounts, settings) == {}
 
 
-def test_only_text_columns_are_scanned(settings: Settings) -> None:
+def test_number_columns_are_scanned_only_when_named_for_contact_numbers(
+    settings: Settings,
+) -> None:
+    # 85 % of epoch seconds are valid phone numbers somewhere: a "created_at" column must not
+    # refuse a clean file, while a "phone" column of integers is what it says.
     df = pd.DataFrame(
-        {"amount": [4111111111111111, 5500000000000004], "email": ["a@example.com", None]}
+        {
+            "amount": [4111111111111111, 5500000000000004, 1],
+            "created_at": [1732579200, 1732579261, 1732579322],
+            "email": ["a@example.com", None, None],
+            "customerPhone": [4155550123, 3065551234, 7],
+            "card_number": [4111111111111111.0, float("nan"), 12.5],
+        }
     )
 
     report = pii_scan.scan_frame(df, settings)
 
-    assert report.scanned_columns == ("email",)
-    assert report.scanned_values == 1
+    assert report.scanned_columns == ("email", "customerPhone", "card_number")
+    assert report.findings == {
+        "email": {"EMAIL_ADDRESS": 1},
+        "customerPhone": {"PHONE_NUMBER": 2},
+        "card_number": {"CREDIT_CARD": 1},
+    }
+    # Numbers under 8 digits, NaN and 12.5 cannot hold PII: not scanned.
+    assert report.scanned_values == 1 + 2 + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "scanned"),
+    [
+        ("phone", True),
+        ("PhoneNumber", True),
+        ("mobile_no", True),
+        ("Cell Phone", True),
+        ("fax", True),
+        ("creditCardNumber", True),
+        ("ssn", True),
+        ("ClassName", False),
+        ("hotel", False),
+        ("cancellation", False),
+        ("discard", False),
+        ("customer_id", False),
+        ("account_id", False),
+        ("created_at", False),
+    ],
+)
+def test_which_number_columns_hold_contact_numbers(name: str, scanned: bool) -> None:
+    assert pii_scan.holds_contact_numbers(name) is scanned
 
 
 def test_columns_argument_limits_the_scan(settings: Settings) -> None:

@@ -180,3 +180,35 @@ def test_emails_after_a_long_run_of_numbers_in_a_csv_column_are_refused(
 
     assert_refused(response, "ref", "EMAIL_ADDRESS", 10)
     assert_nothing_stored(db, settings)
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_phone_numbers_written_as_integers_in_the_last_rows_are_refused(
+    client, key_headers, db, settings, file_format
+) -> None:
+    rows = 20_000
+    phones: list[int | None] = [None] * rows
+    phones[-3:] = [4155550123, 3065551234, 2125550199]  # typed int64 in the file
+    table = churn_table(rows, mobilePhone=pa.array(phones, pa.int64()))
+    data = csv_bytes(table) if file_format == "csv" else parquet_bytes(table, 5_000)
+
+    response = upload(client, key_headers, data, f"bench.{file_format}")
+
+    assert_refused(response, "mobilePhone", "PHONE_NUMBER", 3)
+    assert_nothing_stored(db, settings)
+
+
+def test_timestamps_and_ids_written_as_integers_are_accepted(client, key_headers) -> None:
+    # Most 10-digit numbers are valid phone numbers for some region: number columns not named
+    # for contact numbers are not scanned, or every file with epoch seconds would be refused.
+    rows = 2_000
+    table = churn_table(
+        rows,
+        created_at=pa.array(range(1_732_579_200, 1_732_579_200 + rows), pa.int64()),
+        account_id=pa.array(range(4_155_550_000, 4_155_550_000 + rows), pa.int64()),
+    )
+    fields = {"input_columns": ",".join(FEATURES)}
+
+    response = upload(client, key_headers, csv_bytes(table), "bench.csv", **fields)
+
+    assert response.status_code == 201, response.text
