@@ -46,8 +46,8 @@ import pyarrow as pa
 from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files, integrity
 from pipeline.checks import fingerprints as fp
+from pipeline.checks.benchmark_copies import count_benchmark_copies
 from pipeline.checks.fingerprint_files import Fingerprints
-from pipeline.checks.integrity import count_benchmark_copies
 from pipeline.checks.known_rows import AcceptedKeys, known_mask
 from pipeline.core.config import Settings
 from pipeline.core.db import Database

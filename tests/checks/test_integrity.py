@@ -23,13 +23,13 @@ from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
+from pipeline.checks.benchmark_copies import count_benchmark_copies
 from pipeline.checks.benchmark_fingerprints import (
     benchmark_fingerprint_key,
     benchmark_summary,
     model_benchmarks,
 )
 from pipeline.checks.disclosure import LEAKAGE_REASON
-from pipeline.checks.integrity import count_benchmark_copies
 from pipeline.checks.known_rows import (
     AcceptedKeys,
     accepted_keys_key,

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
-from pipeline.checks.integrity import count_benchmark_copies
+from pipeline.checks.benchmark_copies import count_benchmark_copies
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, Contribution, utcnow
@@ -123,7 +123,7 @@ def test_flipping_the_labels_of_leaked_rows_does_not_change_what_the_submitter_i
 def test_matching_whatever_the_label_keeps_honest_rows_apart(tmp_path: Any) -> None:
     """Matching under any label does not turn honest rows into copies: on the dense churn-like
     tables too, the chance rates are measured the same way."""
-    from pipeline.checks.integrity import AnyLabel, any_label_chance_rates
+    from pipeline.checks.benchmark_copies import AnyLabel, any_label_chance_rates
 
     for name in ("breast_cancer", "wine", "digits"):
         bench, rest = split(name)
