@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checks import pii
-from pipeline.checks.pii_prefilter import candidates, entities_of, text_values
+from pipeline.checks.pii_prefilter import candidates, entities_of, gate_run_values, text_values
 from pipeline.core.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class PiiScanner:
         self._pending: dict[str, list[pa.Array]] = {name: [] for name in self.columns}
         self._pending_bytes = dict.fromkeys(self.columns, 0)
         self._repetitive: dict[str, bool] = {}  # decided on each column's first pass
-        self._gated: dict[str, bool] = {}  # likewise
+        self._gated: dict[str, int] = {}  # likewise: the gate's run length; 0: not gated
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name`: a text or dictionary-of-text array, or numbers
@@ -265,11 +265,14 @@ class PiiScanner:
             # Categories and codes: matching each distinct value once is cheaper than each row.
             tally = pc.value_counts(column)
             column, counts = tally.field("values"), tally.field("counts")
-        gated = self._gated.get(name, False)
-        found, bits, passed = candidates(column, counts, gated=gated)
+        run_values = self._gated.get(name, 0)
+        found, bits, passed = candidates(
+            column, counts, gated=run_values > 0, run_values=run_values
+        )
         if name not in self._gated:
             values = len(column) if counts is None else int(pc.sum(counts).as_py() or 0)
-            self._gated[name] = passed * GATED_RATIO < values
+            gated = passed * GATED_RATIO < values
+            self._gated[name] = gate_run_values(passed / max(1, values)) if gated else 0
         self.candidate_count += passed
         store = self._candidates[name]
         for value, mask in zip(found.to_pylist(), bits.tolist(), strict=True):
