@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.checks.canonical_cells import CanonicalColumn, canonical_batch
+from pipeline.checks.canonical_cells import (
+    PARSE_IN_PYTHON_MAX,
+    CanonicalColumn,
+    canonical_batch,
+)
 from pipeline.checks.fingerprint_spill import KeySpill
 from pipeline.checks.fingerprints import (
     SCHEME_VERSION,
@@ -218,13 +222,13 @@ def _spill_keys(
 ) -> int:
     """Every row's keys to the spill files, sampled into the reservoir; the rows seen."""
     rows = 0
-    pending: list[tuple[list[CanonicalColumn | None], int]] = []
+    pending: list[pa.RecordBatch] = []
     pending_rows = 0
 
     def flush() -> None:
         if not pending_rows:
             return
-        cells = _concat_cells(pending, pending_rows)
+        cells = _group_cells(pending, columns, pending_rows)
         pending.clear()
         keys = row_keys(scheme, cells)
         for tier in range(len(scheme.tiers)):
@@ -236,7 +240,7 @@ def _spill_keys(
     for batch in batches:
         if not batch.num_rows:
             continue
-        pending.append((canonical_batch(batch, columns), batch.num_rows))
+        pending.append(batch)
         pending_rows += batch.num_rows
         rows += batch.num_rows
         if pending_rows >= KEY_GROUP_ROWS:
@@ -244,6 +248,23 @@ def _spill_keys(
             pending_rows = 0
     flush()
     return rows
+
+
+def _group_cells(
+    batches: Sequence[pa.RecordBatch], columns: Sequence[str], rows: int
+) -> list[CanonicalColumn | None]:
+    """The canonical cells of a group of batches, put in canonical form together: a CSV block
+    is some thousands of rows, and each column's conversion costs some ten array operations
+    whatever its length. A group of more than PARSE_IN_PYTHON_MAX rows is converted batch by
+    batch: its text columns could then take Arrow's parse where each batch took Python's."""
+    if len(batches) > 1 and rows <= PARSE_IN_PYTHON_MAX:
+        with contextlib.suppress(pa.ArrowInvalid):  # batches of differing schemas: one by one
+            return _concat_cells(
+                [(canonical_batch(pa.Table.from_batches(batches), columns), rows)], rows
+            )
+    return _concat_cells(
+        [(canonical_batch(batch, columns), batch.num_rows) for batch in batches], rows
+    )
 
 
 def _concat_cells(
