@@ -87,17 +87,21 @@ GATE = f"{PASSES[0]}|(?:(?i)[a-z0-9]{{26}})"
 GATE_RUN_VALUES = 256
 
 
-def text_values(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A text column as plain strings; a dictionary column as the values its rows use."""
+def text_values(column: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray | None]:
+    """A text column as plain strings, with None; a dictionary column as the values its rows
+    use, with how many rows use each."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    counts = None
     if pa.types.is_dictionary(column.type):
         # The dictionary may hold entries no row uses: scan only those the indices point to.
-        used = pc.unique(column.indices.drop_null())
-        column = column.dictionary.take(used)
+        indices = column.indices.drop_null().to_numpy(zero_copy_only=False)
+        rows = np.bincount(indices, minlength=len(column.dictionary))
+        used = np.flatnonzero(rows)
+        column, counts = column.dictionary.take(pa.array(used)), rows[used]
     if pa.types.is_string_view(column.type):
         column = column.cast(pa.string())
-    return column
+    return column, counts
 
 
 def gate_run_values(rate: float) -> int:

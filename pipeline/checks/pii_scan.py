@@ -226,7 +226,10 @@ class PiiScanner:
         self._candidates = {
             name: _ColumnCandidates(settings.max_sample_size, share) for name in self.columns
         }
-        self._pending: dict[str, list[pa.Array]] = {name: [] for name in self.columns}
+        # Per column: text arrays, each with how many rows hold each value (None: one each).
+        self._pending: dict[str, list[tuple[pa.Array, np.ndarray | None]]] = {
+            name: [] for name in self.columns
+        }
         self._pending_bytes = dict.fromkeys(self.columns, 0)
         self._repetitive: dict[str, bool] = {}  # decided on each column's first pass
         self._gated: dict[str, int] = {}  # likewise: the gate's run length; 0: not gated
@@ -240,17 +243,18 @@ class PiiScanner:
         elif not is_text_type(column.type):  # a "phone" column of booleans or dates
             return
         self.scanned += len(column) - column.null_count
-        values = text_values(column)
-        self._pending[name].append(values)
+        values, rows = text_values(column)
+        self._pending[name].append((values, rows))
         self._pending_bytes[name] += values.nbytes
         if self._pending_bytes[name] >= PREFILTER_BYTES:
             self._prefilter(name)
         self.seconds += time.perf_counter() - started
 
     def _prefilter(self, name: str) -> None:
-        arrays, self._pending[name], self._pending_bytes[name] = self._pending[name], [], 0
-        if not arrays:
+        pending, self._pending[name], self._pending_bytes[name] = self._pending[name], [], 0
+        if not pending:
             return
+        arrays = [values for values, _ in pending]
         if len({array.type for array in arrays}) > 1:
             arrays = [array.cast(pa.large_string()) for array in arrays]
         column: pa.Array | pa.ChunkedArray = pa.chunked_array(arrays)
@@ -259,9 +263,19 @@ class PiiScanner:
             # block is only some thousands of values: one array halves the pre-filter's time.
             column = column.combine_chunks()
         counts = None
-        if name not in self._repetitive:  # counting the distinct values costs a tenth of a pass
+        if any(rows is not None for _, rows in pending):
+            # Dictionary columns came as the distinct values of each batch, with their rows.
+            counts = pa.array(
+                np.concatenate(
+                    [
+                        rows if rows is not None else np.ones(len(values), dtype=np.int64)
+                        for values, rows in pending
+                    ]
+                ).astype(np.int64)
+            )
+        elif name not in self._repetitive:  # counting distinct values costs a tenth of a pass
             self._repetitive[name] = _repetitive(column)
-        if self._repetitive[name]:
+        if counts is None and self._repetitive[name]:
             # Categories and codes: matching each distinct value once is cheaper than each row.
             tally = pc.value_counts(column)
             column, counts = tally.field("values"), tally.field("counts")
