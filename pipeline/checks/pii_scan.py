@@ -52,6 +52,9 @@ SAMPLE_KEY = b"pii-sample-v1"
 # (about a millisecond), so a 1 MiB CSV block at a time would spend more on compiling than on
 # matching.
 PREFILTER_BYTES = 4 * 1024 * 1024
+# ... or this many batches, whichever comes first: a dictionary column's batches are a few
+# distinct values each, and small arrays held until the end of a file pin the heap's pages.
+PREFILTER_BATCHES = 64
 
 # A column whose first pass holds fewer than one distinct value in this many is matched by its
 # distinct values (pc.value_counts) rather than row by row.
@@ -246,7 +249,8 @@ class PiiScanner:
         values, rows = text_values(column)
         self._pending[name].append((values, rows))
         self._pending_bytes[name] += values.nbytes
-        if self._pending_bytes[name] >= PREFILTER_BYTES:
+        pending = self._pending[name]
+        if self._pending_bytes[name] >= PREFILTER_BYTES or len(pending) >= PREFILTER_BATCHES:
             self._prefilter(name)
         self.seconds += time.perf_counter() - started
 
