@@ -233,18 +233,15 @@ def profile_csv(
     `on_batch` is given every batch once profiled (the fingerprints' reader, which needs the
     batches of its own `block_bytes`: `pipeline.intake.relayed_batches`).
     `typed`: columns outside the head's text columns to read as numbers or booleans
-    instead, and columns to read as dictionaries of text (the fingerprints' types: converting
-    them from text costs more than parsing them so; the PII scan then matches each batch's
-    distinct values once); the profile is the same. A value that does not convert raises
-    `RetypeColumns`: the caller reads the file again without `typed`.
+    instead (the fingerprints' types: converting them from text costs more than parsing them
+    so); the profile is the same. A value that does not convert raises `RetypeColumns`: the
+    caller reads the file again without `typed`.
     """
     typed = {
         name: kind
         for name, kind in (typed or {}).items()
-        if name in head.columns
-        and (_dictionary_text(kind) or (name not in head.text_columns and _parsed_type(kind)))
+        if name in head.columns and name not in head.text_columns and _parsed_type(kind)
     }
-    parsed = {name for name, kind in typed.items() if _parsed_type(kind)}
     builder = _ProfileBuilder(head.columns, head.text_columns, pii)
     convert = pacsv.ConvertOptions(
         column_types={name: typed.get(name, pa.string()) for name in head.columns},
@@ -258,11 +255,11 @@ def profile_csv(
         if reader.schema.names != head.columns:
             raise InvalidInput("not a valid CSV file: the header could not be read")
         for batch in reader:
-            builder.add(batch, parsed=parsed)
+            builder.add(batch, parsed=typed)
             if on_batch is not None:
                 on_batch(batch)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        if parsed and _CONVERSION_ERROR in str(exc):  # a value that is not a number: as text
+        if typed and _CONVERSION_ERROR in str(exc):  # a value that is not a number: as text
             raise RetypeColumns from None
         raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
     return builder.profile(CSV)
@@ -270,10 +267,6 @@ def profile_csv(
 
 def _parsed_type(kind: pa.DataType) -> bool:
     return bool(pa.types.is_floating(kind) or pa.types.is_boolean(kind))
-
-
-def _dictionary_text(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type))
 
 
 # Parquet.
