@@ -159,7 +159,7 @@ async def upload_benchmark(
             request,
             file_field="file",
             text_fields=FORM_FIELDS,
-            sink=intake.write,
+            sink=intake.write_chunks,
             on_file=on_file,
             max_file_bytes=settings.upload_max_bytes,
         )

@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.checks.canonical_cells import CanonicalColumn, canonical_batch
+from pipeline.checks.canonical_cells import (
+    PARSE_IN_PYTHON_MAX,
+    CanonicalColumn,
+    canonical_batch,
+)
 from pipeline.checks.fingerprint_spill import KeySpill
 from pipeline.checks.fingerprints import (
     SCHEME_VERSION,
@@ -88,14 +92,16 @@ class FingerprintSummary:
 
 
 class _Reservoir:
-    """A uniform sample of CHANCE_SAMPLE_ROWS rows' keys (algorithm R, seeded)."""
+    """A uniform sample of CHANCE_SAMPLE_ROWS rows (algorithm R, seeded), kept as canonical
+    cells: their keys are computed once, at the end (`keys`), not for every group of rows."""
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng(SAMPLE_SEED)
         self.seen = 0
-        self.slots: RowKeys | None = None
+        # A column no row has is kept as missing cells: its keys are the same (see row_keys).
+        self.cells: list[CanonicalColumn] | None = None
 
-    def add(self, scheme: Scheme, cells: Sequence[CanonicalColumn | None], rows: int) -> None:
+    def add(self, cells: Sequence[CanonicalColumn | None], rows: int) -> None:
         positions = np.arange(self.seen, self.seen + rows)
         self.seen += rows
         take_all = positions < CHANCE_SAMPLE_ROWS
@@ -107,32 +113,39 @@ class _Reservoir:
         chosen = np.flatnonzero(slot >= 0)
         if not len(chosen):
             return
-        keys = row_keys(
-            scheme, [c.take(chosen) if c is not None else None for c in cells], probes=True
-        )
+        picked = [
+            c.take(chosen) if c is not None else CanonicalColumn.missing(len(chosen)) for c in cells
+        ]
         targets = slot[chosen]
         first = take_all[chosen]  # the first CHANCE_SAMPLE_ROWS rows fill the slots in order
         if first.any():
-            appended = keys.take(np.flatnonzero(first))
-            self.slots = appended if self.slots is None else _concat_keys(self.slots, appended)
-            keys, targets = keys.take(np.flatnonzero(~first)), targets[~first]
-        if self.slots is None or not len(targets):
+            appended = [c.take(np.flatnonzero(first)) for c in picked]
+            self.cells = appended if self.cells is None else _concat_columns(self.cells, appended)
+            picked, targets = [c.take(np.flatnonzero(~first)) for c in picked], targets[~first]
+        if self.cells is None or not len(targets):
             return
         # Later rows overwrite earlier ones in the same slot, as algorithm R does in order.
-        for column, values in zip(self.slots.raw, keys.raw, strict=True):
-            column[targets] = values
-        for column, values in zip(self.slots.distance, keys.distance, strict=True):
-            column[targets] = values
-        for column, values in zip(self.slots.delta, keys.delta, strict=True):
-            column[targets] = values
+        for column, values in zip(self.cells, picked, strict=True):
+            column.kind[targets] = values.kind
+            column.number[targets] = values.number
+            column.token[targets] = values.token
+
+    def keys(self, scheme: Scheme) -> RowKeys | None:
+        """The sampled rows' keys, with what probing needs."""
+        return None if self.cells is None else row_keys(scheme, self.cells, probes=True)
 
 
-def _concat_keys(a: RowKeys, b: RowKeys) -> RowKeys:
-    return RowKeys(
-        [np.concatenate([x, y]) for x, y in zip(a.raw, b.raw, strict=True)],
-        [np.concatenate([x, y]) for x, y in zip(a.distance, b.distance, strict=True)],
-        [np.concatenate([x, y]) for x, y in zip(a.delta, b.delta, strict=True)],
-    )
+def _concat_columns(
+    a: Sequence[CanonicalColumn], b: Sequence[CanonicalColumn]
+) -> list[CanonicalColumn]:
+    return [
+        CanonicalColumn(
+            np.concatenate([x.kind, y.kind]),
+            np.concatenate([x.number, y.number]),
+            np.concatenate([x.token, y.token]),
+        )
+        for x, y in zip(a, b, strict=True)
+    ]
 
 
 def build_fingerprints(
@@ -185,7 +198,7 @@ def _build_once(
         finally:
             spill.close()
         head.clear()
-        summary = _write(out, scheme, rows, spill, reservoir.slots)
+        summary = _write(out, scheme, rows, spill, reservoir.keys(scheme))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return summary
@@ -218,25 +231,25 @@ def _spill_keys(
 ) -> int:
     """Every row's keys to the spill files, sampled into the reservoir; the rows seen."""
     rows = 0
-    pending: list[tuple[list[CanonicalColumn | None], int]] = []
+    pending: list[pa.RecordBatch] = []
     pending_rows = 0
 
     def flush() -> None:
         if not pending_rows:
             return
-        cells = _concat_cells(pending, pending_rows)
+        cells = _group_cells(pending, columns, pending_rows)
         pending.clear()
         keys = row_keys(scheme, cells)
         for tier in range(len(scheme.tiers)):
             spill.add(tier, keys.keys(tier))
-        reservoir.add(scheme, cells, pending_rows)
+        reservoir.add(cells, pending_rows)
 
     # Small reader blocks keep Arrow's memory low; keys are computed on groups of batches, so
     # the per-call cost of the array operations is paid once per group.
     for batch in batches:
         if not batch.num_rows:
             continue
-        pending.append((canonical_batch(batch, columns), batch.num_rows))
+        pending.append(batch)
         pending_rows += batch.num_rows
         rows += batch.num_rows
         if pending_rows >= KEY_GROUP_ROWS:
@@ -244,6 +257,23 @@ def _spill_keys(
             pending_rows = 0
     flush()
     return rows
+
+
+def _group_cells(
+    batches: Sequence[pa.RecordBatch], columns: Sequence[str], rows: int
+) -> list[CanonicalColumn | None]:
+    """The canonical cells of a group of batches, put in canonical form together: a CSV block
+    is some thousands of rows, and each column's conversion costs some ten array operations
+    whatever its length. A group of more than PARSE_IN_PYTHON_MAX rows is converted batch by
+    batch: its text columns could then take Arrow's parse where each batch took Python's."""
+    if len(batches) > 1 and rows <= PARSE_IN_PYTHON_MAX:
+        with contextlib.suppress(pa.ArrowInvalid):  # batches of differing schemas: one by one
+            return _concat_cells(
+                [(canonical_batch(pa.Table.from_batches(batches), columns), rows)], rows
+            )
+    return _concat_cells(
+        [(canonical_batch(batch, columns), batch.num_rows) for batch in batches], rows
+    )
 
 
 def _concat_cells(

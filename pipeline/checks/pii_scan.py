@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checks import pii
-from pipeline.checks.pii_prefilter import candidates, entities_of, text_values
+from pipeline.checks.pii_prefilter import candidates, entities_of, gate_run_values, text_values
 from pipeline.core.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ SAMPLE_KEY = b"pii-sample-v1"
 # (about a millisecond), so a 1 MiB CSV block at a time would spend more on compiling than on
 # matching.
 PREFILTER_BYTES = 4 * 1024 * 1024
+# ... or this many batches, whichever comes first: a dictionary column's batches are a few
+# distinct values each, and small arrays held until the end of a file pin the heap's pages.
+PREFILTER_BATCHES = 64
 
 # A column whose first pass holds fewer than one distinct value in this many is matched by its
 # distinct values (pc.value_counts) rather than row by row.
@@ -226,10 +229,13 @@ class PiiScanner:
         self._candidates = {
             name: _ColumnCandidates(settings.max_sample_size, share) for name in self.columns
         }
-        self._pending: dict[str, list[pa.Array]] = {name: [] for name in self.columns}
+        # Per column: text arrays, each with how many rows hold each value (None: one each).
+        self._pending: dict[str, list[tuple[pa.Array, np.ndarray | None]]] = {
+            name: [] for name in self.columns
+        }
         self._pending_bytes = dict.fromkeys(self.columns, 0)
         self._repetitive: dict[str, bool] = {}  # decided on each column's first pass
-        self._gated: dict[str, bool] = {}  # likewise
+        self._gated: dict[str, int] = {}  # likewise: the gate's run length; 0: not gated
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name`: a text or dictionary-of-text array, or numbers
@@ -240,17 +246,19 @@ class PiiScanner:
         elif not is_text_type(column.type):  # a "phone" column of booleans or dates
             return
         self.scanned += len(column) - column.null_count
-        values = text_values(column)
-        self._pending[name].append(values)
+        values, rows = text_values(column)
+        self._pending[name].append((values, rows))
         self._pending_bytes[name] += values.nbytes
-        if self._pending_bytes[name] >= PREFILTER_BYTES:
+        pending = self._pending[name]
+        if self._pending_bytes[name] >= PREFILTER_BYTES or len(pending) >= PREFILTER_BATCHES:
             self._prefilter(name)
         self.seconds += time.perf_counter() - started
 
     def _prefilter(self, name: str) -> None:
-        arrays, self._pending[name], self._pending_bytes[name] = self._pending[name], [], 0
-        if not arrays:
+        pending, self._pending[name], self._pending_bytes[name] = self._pending[name], [], 0
+        if not pending:
             return
+        arrays = [values for values, _ in pending]
         if len({array.type for array in arrays}) > 1:
             arrays = [array.cast(pa.large_string()) for array in arrays]
         column: pa.Array | pa.ChunkedArray = pa.chunked_array(arrays)
@@ -259,17 +267,30 @@ class PiiScanner:
             # block is only some thousands of values: one array halves the pre-filter's time.
             column = column.combine_chunks()
         counts = None
-        if name not in self._repetitive:  # counting the distinct values costs a tenth of a pass
+        if any(rows is not None for _, rows in pending):
+            # Dictionary columns came as the distinct values of each batch, with their rows.
+            counts = pa.array(
+                np.concatenate(
+                    [
+                        rows if rows is not None else np.ones(len(values), dtype=np.int64)
+                        for values, rows in pending
+                    ]
+                ).astype(np.int64)
+            )
+        elif name not in self._repetitive:  # counting distinct values costs a tenth of a pass
             self._repetitive[name] = _repetitive(column)
-        if self._repetitive[name]:
+        if counts is None and self._repetitive[name]:
             # Categories and codes: matching each distinct value once is cheaper than each row.
             tally = pc.value_counts(column)
             column, counts = tally.field("values"), tally.field("counts")
-        gated = self._gated.get(name, False)
-        found, bits, passed = candidates(column, counts, gated=gated)
+        run_values = self._gated.get(name, 0)
+        found, bits, passed = candidates(
+            column, counts, gated=run_values > 0, run_values=run_values
+        )
         if name not in self._gated:
             values = len(column) if counts is None else int(pc.sum(counts).as_py() or 0)
-            self._gated[name] = passed * GATED_RATIO < values
+            gated = passed * GATED_RATIO < values
+            self._gated[name] = gate_run_values(passed / max(1, values)) if gated else 0
         self.candidate_count += passed
         store = self._candidates[name]
         for value, mask in zip(found.to_pylist(), bits.tolist(), strict=True):

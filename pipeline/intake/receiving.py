@@ -60,6 +60,8 @@ from pipeline.store.formats import (
 FILENAME_MAX_CHARS = 200
 # The received bytes' disk write is started every this many bytes (`pipeline.core.writeback`).
 WRITEBACK_BYTES = 16 * 1024 * 1024
+# Buffers one writev call takes at most (Linux's IOV_MAX).
+IOV_MAX = 1024
 
 
 # File names.
@@ -235,7 +237,18 @@ class DatasetIntake:
             self._start(data, at_eof=False)
             if self._failure is not None:
                 return
-        self._append(data)
+        self._append([data])
+
+    def write_chunks(self, chunks: Sequence[bytes]) -> None:
+        """`write` each chunk in turn; once the checks run, all of them with one system call."""
+        if self.file_format is None or self._failure is not None:
+            for data in chunks:
+                self.write(data)
+            return
+        self.size_bytes += sum(map(len, chunks))
+        if self.size_bytes > self.max_bytes:
+            raise PayloadTooLarge(f"the file exceeds {self.max_bytes} bytes")
+        self._append(chunks)
 
     def plan_fingerprints(self, plan: FingerprintPlan) -> None:
         """Fingerprint the file while it arrives (given before its first byte)."""
@@ -248,7 +261,7 @@ class DatasetIntake:
             self._head = bytearray()
             self._start(data, at_eof=True)
             if self._failure is None:
-                self._append(data)
+                self._append([data])
         self._close_writer()
         self._progress.finish()
         if self._thread is not None:
@@ -360,14 +373,18 @@ class DatasetIntake:
             if relay is not None:
                 relay.abort()  # wakes a job waiting for batches that will not come
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, chunks: Sequence[bytes]) -> None:
         assert self._fd is not None
-        self._hash.update(data)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self._progress.advance(len(data))
+        for data in chunks:
+            self._hash.update(data)
+        views = [memoryview(data) for data in chunks if data]
+        while views:
+            written = os.writev(self._fd, views[:IOV_MAX])
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if written:
+                views[0] = views[0][written:]
+        self._progress.advance(sum(map(len, chunks)))
         end = self._progress.written
         if end - self._written_back >= WRITEBACK_BYTES:  # the store's fsync then waits less
             start_writeback(self._fd, self._written_back, end - self._written_back)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pipeline.checks import pii, pii_scan
@@ -283,6 +284,28 @@ def test_duplicates_are_confirmed_once(settings: Settings) -> None:
     assert report.scanned_values == 505
     assert report.confirmed_values == 1
     assert report.findings == {"email": {"EMAIL_ADDRESS": 1}}
+
+
+def test_text_read_as_dictionaries_gives_the_same_report_as_plain_text(
+    settings: Settings,
+) -> None:
+    # An upload's checks read the fingerprinted text columns as dictionaries, batch by batch.
+    values = ["card", "mail a@b.example", None, "call 030 901820", "", "card"] * 300
+    batches = [values[start : start + 250] for start in range(0, len(values), 250)]
+    plain = pii_scan.PiiScanner(settings, ["c"])
+    encoded = pii_scan.PiiScanner(settings, ["c"])
+    for batch in batches:
+        plain.add("c", pa.array(batch, pa.string()))
+        encoded.add("c", pa.array(batch, pa.string()).dictionary_encode())
+
+    expected, report = plain.report(), encoded.report()
+
+    assert (report.scanned_values, report.candidate_values, report.findings) == (
+        expected.scanned_values,
+        expected.candidate_values,
+        expected.findings,
+    )
+    assert report.candidate_values == 2 * 300 and report.findings["c"]
 
 
 # Network: the scanner must work offline and never try to reach anything.

@@ -10,10 +10,11 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from pipeline.checks import pii
-from pipeline.checks.pii_prefilter import ENTITIES, candidates, entities_of
+from pipeline.checks.pii_prefilter import ENTITIES, GATE, candidates, entities_of, gate_mask
 
 KNOWN = [
     "alice@example.com",
@@ -155,3 +156,23 @@ def test_the_one_pass_gate_passes_exactly_what_the_two_unions_pass(with_counts: 
     assert gated[0].to_pylist() == plain[0].to_pylist()
     assert gated[1].tolist() == plain[1].tolist()
     assert gated[2] == plain[2] > 0
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+@pytest.mark.parametrize("run_values", [2, 7, 256])
+def test_the_gate_over_runs_of_values_passes_exactly_the_values_it_matches(
+    kind: pa.DataType, run_values: int
+) -> None:
+    # Rare candidates among plain text, some at the edges of a run; a slice starts mid-buffer.
+    values: list[str | None] = [
+        f"ticket {index}, {random_values(1, seed=index)[0]}" for index in range(2_000)
+    ]
+    for row in (0, 1, 255, 256, 257, 1_023, 1_999):
+        values[row] = f"call {row} at 030 901820 or mail a@b.example"
+    values[600] = None
+    column = pa.array(values, kind).slice(1, 1_998)
+    expected = pc.fill_null(pc.match_substring_regex(column, GATE), False).to_pylist()
+    assert gate_mask(column, run_values).to_pylist() == expected
+    assert sum(expected) >= 6
+    chunked = pa.chunked_array([column.slice(0, 700), column.slice(700)])
+    assert gate_mask(chunked, run_values).to_pylist() == expected
