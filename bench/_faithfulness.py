@@ -36,7 +36,8 @@ beyond noise, so no batch would be paid and nothing compared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +45,25 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from bench._binned_surrogate import BinnedSurrogateGame, StandInGame, playing
 from bench._expected_game import forest_scenario
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
+from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
+# The surrogates a tree estimator's split is measured with (`--surrogates`): the valuation's
+# linear stand-in and the binned one (bench/_binned_surrogate.py); "tree" and "tree, parent"
+# (bench/_tree_surrogate.py) for random forests only.
+SURROGATES = ("stand-in", "binned", "tree", "tree, parent")
+STAND_INS: dict[str, type[SurrogateGame]] = {
+    "stand-in": StandInGame,
+    "binned": BinnedSurrogateGame,
+}
+# The valuation's own surrogate, unnamed (linear estimators: it is the estimator's objective).
+DEPLOYED: dict[str, type[SurrogateGame] | None] = {"": None}
 # Forests averaged per coalition in a random forest's expected game (bench/_expected_game.py).
 FOREST_SEEDS = 8
 
@@ -196,6 +209,7 @@ def measure_forest(
     seeds: int,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """`measure` for a random forest: the reference is exact Shapley of the forest's expected
     game over `FOREST_SEEDS` seeds, the floor the same over as many other seeds
@@ -209,7 +223,9 @@ def measure_forest(
             for seed in range(seeds):
                 scorer, base, contributions = scenario(data, players, 1000 * players + seed)
                 hib = data.metric != "rmse"
-                measured = forest_scenario(scorer, base, contributions, FOREST_SEEDS, hib)
+                measured = forest_scenario(
+                    scorer, base, contributions, FOREST_SEEDS, hib, surrogates
+                )
                 for name, figures in (measured or {}).items():
                     found.setdefault(name, []).append(figures)
             floors = [e for e, _ in found.pop("floor", [])]
@@ -265,20 +281,25 @@ def compared(
     seed: int,
     *,
     higher_is_better: bool,
-) -> tuple[float, float, float] | None:
-    """(share error % of pool, Spearman, floor error) of one batch, or None when the reference
-    pays nothing: the surrogate (`cheap`) and the perturbed estimator against exact Shapley."""
+    games: Mapping[str, type[SurrogateGame] | None] = DEPLOYED,
+) -> tuple[dict[str, tuple[float, float]], float] | None:
+    """Each surrogate's (share error % of pool, Spearman) and the floor's error for one batch,
+    or None when the reference pays nothing: the surrogates (`cheap`, the valuation's own for
+    a None game, else `games[name]`) and the perturbed estimator against exact Shapley."""
     options: dict[str, Any] = {"higher_is_better": higher_is_better}
     reference = value_batch(scorer, base, contributions, settings=exact, **options)
     if not reference.accepted or reference.pool_pct <= 0:
         return None
-    surrogate = value_batch(
-        scorer, base, contributions, settings=cheap, without=reference.without, **options
-    )
-    error, rho = compare(reference, surrogate)
+    found = {}
+    for name, game in games.items():
+        with playing(game) if game is not None else nullcontext():
+            surrogate = value_batch(
+                scorer, base, contributions, settings=cheap, without=reference.without, **options
+            )
+        found[name] = compare(reference, surrogate)
     again = perturbed(scorer, base, contributions, seed)
     floor = compare(reference, value_batch(*again, settings=exact, **options))[0]
-    return error, rho, floor
+    return found, floor
 
 
 def measure_scale(
@@ -303,9 +324,9 @@ def measure_scale(
                 scenario_ = scale_scenario(accepted, players, 10 * players + seed)
                 found = compared(*scenario_, exact, deployed, seed, higher_is_better=True)
                 if found is not None:
-                    errors.append(found[0])
-                    rhos.append(found[1])
-                    floors.append(found[2])
+                    errors.append(found[0][""][0])
+                    rhos.append(found[0][""][1])
+                    floors.append(found[1])
             name = f"churn {accepted:,} accepted"
             table.append(_row(name, "logistic_regression", players, seeds, errors, rhos, floors))
             if on_row is not None:
@@ -351,36 +372,53 @@ def measure(
     engine: Any,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """One row per (data set, batch size): scenarios paid, worst and median error, Spearman,
-    and the floor (the reference against its perturbed self, `perturbed`). A random forest's
-    rows come from `measure_forest` instead, one per surrogate.
+    and the floor (the reference against its perturbed self, `perturbed`). For estimators
+    the valuation gives a stand-in (not linear), one row per surrogate of `surrogates`
+    (`STAND_INS`); a random forest's rows come from `measure_forest` instead.
 
     `only`: comma-separated data set names (default: all); `on_row` sees each row when done."""
     if as_recipe(estimators["classification"]).estimator.startswith("random_forest"):
-        return measure_forest(estimators, sizes, seeds, only, on_row)
+        return measure_forest(estimators, sizes, seeds, only, on_row, surrogates)
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
+    linear = as_recipe(estimators["classification"]).estimator == "logistic_regression"
+    games = DEPLOYED if linear else {n: STAND_INS[n] for n in surrogates if n in STAND_INS}
     table = []
     for data in datasets(estimators):
         if only and data.name not in only.split(","):
             continue
         for players in sizes:
-            errors, rhos, floors = [], [], []
+            found: dict[str, list[tuple[float, float]]] = {name: [] for name in games}
+            floors = []
             for seed in range(seeds):
-                found = compared(
+                batch = compared(
                     *scenario(data, players, 1000 * players + seed),
                     exact,
                     cheap,
                     seed,
                     higher_is_better=data.metric != "rmse",
+                    games=games,
                 )
-                if found is not None:
-                    errors.append(found[0])
-                    rhos.append(found[1])
-                    floors.append(found[2])
+                if batch is not None:
+                    for name, pair in batch[0].items():
+                        found[name].append(pair)
+                    floors.append(batch[1])
             estimator = as_recipe(data.estimator).estimator
-            table.append(_row(data.name, estimator, players, seeds, errors, rhos, floors))
-            if on_row is not None:
-                on_row(table[-1])
+            for name, figures in found.items():
+                table.append(
+                    _row(
+                        data.name,
+                        f"{estimator}, {name}" if name else estimator,
+                        players,
+                        seeds,
+                        [e for e, _ in figures],
+                        [r for _, r in figures],
+                        floors,
+                    )
+                )
+                if on_row is not None:
+                    on_row(table[-1])
     return table

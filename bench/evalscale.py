@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from bench._faithfulness import FAMILIES, measure, measure_scale
+from bench._faithfulness import FAMILIES, SURROGATES, measure, measure_scale
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
@@ -232,7 +232,9 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
         )
 
     for family in args.families:
-        table = measure(FAMILIES[family], [2, 4, 6], args.seeds, engine, args.datasets, show)
+        table = measure(
+            FAMILIES[family], [2, 4, 6], args.seeds, engine, args.datasets, show, args.surrogates
+        )
         # A random forest's rows are one per surrogate ("random_forest_classifier, tree"): each
         # gets its own summary.
         groups: dict[str, list[dict[str, Any]]] = {}
@@ -291,12 +293,19 @@ def main() -> None:
         default="linear",
         help="faithfulness reference estimators: linear,boosting,forest",
     )
+    parser.add_argument(
+        "--surrogates",
+        default=",".join(SURROGATES).replace(", ", "-"),
+        help="surrogates measured for boosting and forest references: stand-in, binned, "
+        "tree, tree-parent (forest only)",
+    )
     parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators to time")
     args = parser.parse_args()
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.batches = sorted(int(s) for s in args.batches.split(","))
     args.estimators = args.estimators.split(",")
     args.families = args.families.split(",")
+    args.surrogates = [name.replace("-parent", ", parent") for name in args.surrogates.split(",")]
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
     # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).

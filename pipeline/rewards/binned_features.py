@@ -43,10 +43,9 @@ class QuantileBins(TransformerMixin, BaseEstimator):  # type: ignore[misc]  # sk
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         names = input_features if input_features is not None else range(len(self.thresholds_))
-        return np.asarray(
-            [f"{n}_bin{b}" for n, t in zip(names, self.thresholds_, strict=True) for b in range(len(t) + 1)],
-            dtype=object,
-        )
+        pairs = zip(names, self.thresholds_, strict=True)
+        names_out = [f"{n}_bin{b}" for n, t in pairs for b in range(len(t) + 1)]
+        return np.asarray(names_out, dtype=object)
 
 
 def _thresholds(column: np.ndarray, bins: int) -> np.ndarray:
