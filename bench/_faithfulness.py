@@ -249,7 +249,7 @@ def measure_forest(
 
 
 def scale_scenario(
-    accepted: int, players: int, seed: int
+    accepted: int, players: int, seed: int, estimator: str | Recipe = "logistic_regression"
 ) -> tuple[BenchmarkScorer, pd.DataFrame, list[Player]]:
     """`accepted` demo churn rows without a two-year contract, 10,000 benchmark rows and
     `players` contributions of 1,000 rows drawn like the benchmark, with seeded label noise."""
@@ -265,7 +265,7 @@ def scale_scenario(
     scorer = BenchmarkScorer(
         pd.DataFrame(churn_rows(10_000, seed=1)),
         task_type="classification",
-        estimator="logistic_regression",
+        estimator=estimator,
         target_column="churned",
         metric_name="accuracy",
     )
@@ -309,29 +309,71 @@ def measure_scale(
     engine: Any,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     max_base_rows: int = ValuationSettings.surrogate_max_base_rows,
+    family: str = "linear",
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """`measure`'s rows for `scale_scenario`: the surrogate as deployed (its accepted sample
-    included) against exact Shapley with logistic regression, with the floor."""
+    included) against exact Shapley with the family's classifier (logistic regression by
+    default; for the others one row per stand-in of `surrogates`, against one seed's model:
+    the floor, its rows in another order, says what that seed moves), with the floor."""
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     deployed = ValuationSettings(
         resamples=200, coalition_row_budget=0, surrogate_max_base_rows=max_base_rows, engine=engine
     )
+    estimator = FAMILIES[family]["classification"]
+    games = _games(estimator, surrogates)
     table = []
     for accepted in accepted_sizes:
         for players in sizes:
-            errors, rhos, floors = [], [], []
+            batches = []
             for seed in range(seeds):
-                scenario_ = scale_scenario(accepted, players, 10 * players + seed)
-                found = compared(*scenario_, exact, deployed, seed, higher_is_better=True)
+                scenario_ = scale_scenario(accepted, players, 10 * players + seed, estimator)
+                found = compared(
+                    *scenario_, exact, deployed, seed, higher_is_better=True, games=games
+                )
                 if found is not None:
-                    errors.append(found[0][""][0])
-                    rhos.append(found[0][""][1])
-                    floors.append(found[1])
+                    batches.append(found)
             name = f"churn {accepted:,} accepted"
-            table.append(_row(name, "logistic_regression", players, seeds, errors, rhos, floors))
-            if on_row is not None:
-                on_row(table[-1])
+            rows = _rows(name, as_recipe(estimator).estimator, players, seeds, games, batches)
+            for row in rows:
+                table.append(row)
+                if on_row is not None:
+                    on_row(row)
     return table
+
+
+def _games(
+    estimator: str | Recipe, surrogates: Sequence[str]
+) -> Mapping[str, type[SurrogateGame] | None]:
+    """The valuation's own surrogate for a linear estimator (its objective), else the
+    stand-ins of `surrogates` by name."""
+    if as_recipe(estimator).estimator in ("logistic_regression", "linear_regression"):
+        return DEPLOYED
+    return {name: STAND_INS[name] for name in surrogates if name in STAND_INS}
+
+
+def _rows(
+    data: str,
+    estimator: str,
+    players: int,
+    seeds: int,
+    games: Mapping[str, Any],
+    batches: list[tuple[dict[str, tuple[float, float]], float]],
+) -> list[dict[str, Any]]:
+    """One `_row` per game of the paid `batches` (`compared`), named "estimator, game"."""
+    floors = [floor for _, floor in batches]
+    return [
+        _row(
+            data,
+            f"{estimator}, {name}" if name else estimator,
+            players,
+            seeds,
+            [found[name][0] for found, _ in batches],
+            [found[name][1] for found, _ in batches],
+            floors,
+        )
+        for name in games
+    ]
 
 
 def _row(
@@ -384,15 +426,13 @@ def measure(
         return measure_forest(estimators, sizes, seeds, only, on_row, surrogates)
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
-    linear = as_recipe(estimators["classification"]).estimator == "logistic_regression"
-    games = DEPLOYED if linear else {n: STAND_INS[n] for n in surrogates if n in STAND_INS}
+    games = _games(estimators["classification"], surrogates)
     table = []
     for data in datasets(estimators):
         if only and data.name not in only.split(","):
             continue
         for players in sizes:
-            found: dict[str, list[tuple[float, float]]] = {name: [] for name in games}
-            floors = []
+            batches = []
             for seed in range(seeds):
                 batch = compared(
                     *scenario(data, players, 1000 * players + seed),
@@ -403,22 +443,10 @@ def measure(
                     games=games,
                 )
                 if batch is not None:
-                    for name, pair in batch[0].items():
-                        found[name].append(pair)
-                    floors.append(batch[1])
+                    batches.append(batch)
             estimator = as_recipe(data.estimator).estimator
-            for name, figures in found.items():
-                table.append(
-                    _row(
-                        data.name,
-                        f"{estimator}, {name}" if name else estimator,
-                        players,
-                        seeds,
-                        [e for e, _ in figures],
-                        [r for _, r in figures],
-                        floors,
-                    )
-                )
+            for row in _rows(data.name, estimator, players, seeds, games, batches):
+                table.append(row)
                 if on_row is not None:
-                    on_row(table[-1])
+                    on_row(row)
     return table

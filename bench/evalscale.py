@@ -248,7 +248,22 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
 
     if args.scale_accepted:
         accepted = [int(s) for s in args.scale_accepted.split(",")]
-        summarise("scale", measure_scale(accepted, [2, 4, 6], args.scale_seeds, engine, show))
+        for family in args.scale_families:
+            table = measure_scale(
+                accepted,
+                [2, 4, 6],
+                args.scale_seeds,
+                engine,
+                show,
+                family=family,
+                surrogates=args.surrogates,
+            )
+            if family == "linear":
+                summarise("scale", table)  # the name it always had
+                continue
+            for surrogate in dict.fromkeys(r["estimator"].partition(", ")[2] for r in table):
+                rows = [r for r in table if r["estimator"].endswith(f", {surrogate}")]
+                summarise(f"scale_{family}_{surrogate}", rows)
 
 
 def summarise(name: str, table: list[dict[str, Any]]) -> None:
@@ -280,6 +295,11 @@ def main() -> None:
         "--scale-seeds", type=int, default=1, help="faithfulness scenarios per cell at scale"
     )
     parser.add_argument(
+        "--scale-families",
+        default="linear",
+        help="reference classifiers at scale: linear,boosting,forest (one seed's forest)",
+    )
+    parser.add_argument(
         "--faithfulness-seconds",
         type=float,
         default=200.0,
@@ -304,7 +324,8 @@ def main() -> None:
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.batches = sorted(int(s) for s in args.batches.split(","))
     args.estimators = args.estimators.split(",")
-    args.families = args.families.split(",")
+    args.families = [f for f in args.families.split(",") if f]
+    args.scale_families = args.scale_families.split(",")
     args.surrogates = [name.replace("-parent", ", parent") for name in args.surrogates.split(",")]
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
