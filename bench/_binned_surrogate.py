@@ -1,14 +1,18 @@
 """Shared by bench/_faithfulness.py: a binned stand-in for tree estimators, measured beside the
-linear stand-in of `pipeline.rewards.surrogate` (docs/valuation-scale.md §5).
+linear stand-in of `pipeline.rewards.surrogate`. Not wired into the valuation: it is not
+clearly closer to HistGradientBoosting's or a random forest's game than the linear stand-in
+(docs/valuation-scale.md §5).
 
-The same game and fits as the stand-in (L2 logistic or ridge regression, the coalitions' fits by
-d × d solves), on other features: each numeric column one-hot into `BINS` bins
-(`pipeline.rewards.binned_features.QuantileBins`, thresholds as HistGradientBoosting's own,
-fitted on the rows, never on labels), categoricals one-hot as in the model's preprocessing, so a
-linear model bends like a sum of trees' steps. The penalty is `PENALTY` per bin coefficient: a
-bin moves about as far as its rows outweigh it, as a HistGradientBoosting leaf needs
-`min_samples_leaf` (20) rows; with the raw standardised value kept beside the bins
-(`keep_value`) its column is penalised as the stand-in's are.
+The same game and fits as the stand-in (L2 logistic or ridge regression, each coalition's fit
+by d × d solves), on other features: each numeric column one-hot into `BINS` bins
+(`QuantileBins`: thresholds found as HistGradientBoosting finds its own, fitted on the rows,
+never on labels or on a coalition's model), categoricals one-hot as in the model's
+preprocessing, so that the linear model is a sum of step functions of single features, as
+shallow trees are. `PENALTY` (10) per bin coefficient, chosen on the bench's seeds 0-1 among
+4-32 bins and penalties 1-50 (the bins' share of a coalition's rows is what moves a
+coefficient: a bin held by fewer rows than the penalty stays near 0, as a HistGradientBoosting
+leaf needs `min_samples_leaf`, 20, rows); with `keep_value`, each column's standardised value
+beside its bins, penalised as the stand-in's columns are.
 """
 
 from __future__ import annotations
@@ -19,15 +23,56 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from pipeline.models.estimators import Recipe
 from pipeline.rewards import valuation
-from pipeline.rewards.binned_features import QuantileBins
 from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, Objective
 
 BINS = 16
 PENALTY = 10.0
+
+
+class QuantileBins(TransformerMixin, BaseEstimator):  # type: ignore[misc]  # sklearn: no hints
+    """Each numeric column as the indicators of its bins; dense output. A column with at most
+    `bins` distinct values gets one bin per value, one with more `bins` quantile bins
+    (duplicate edges dropped), as HistGradientBoosting's `_find_binning_thresholds`."""
+
+    def __init__(self, bins: int = BINS) -> None:
+        self.bins = bins
+
+    def fit(self, X: Any, y: Any = None) -> QuantileBins:  # noqa: N803
+        array = np.asarray(X, dtype="float64")
+        self.thresholds_ = [_thresholds(array[:, j], self.bins) for j in range(array.shape[1])]
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:  # noqa: N803
+        array = np.asarray(X, dtype="float64")
+        widths = [len(t) + 1 for t in self.thresholds_]
+        result = np.zeros((len(array), sum(widths)))
+        start = 0
+        rows = np.arange(len(array))
+        for j, (edges, width) in enumerate(zip(self.thresholds_, widths, strict=True)):
+            # As HistGradientBoosting's bin mapper: a value equal to a threshold goes left.
+            result[rows, start + np.searchsorted(edges, array[:, j], side="left")] = 1.0
+            start += width
+        return result
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        names = input_features if input_features is not None else range(len(self.thresholds_))
+        pairs = zip(names, self.thresholds_, strict=True)
+        names_out = [f"{n}_bin{b}" for n, t in pairs for b in range(len(t) + 1)]
+        return np.asarray(names_out, dtype=object)
+
+
+def _thresholds(column: np.ndarray, bins: int) -> np.ndarray:
+    """Bin edges: midpoints between distinct values, or between quantiles (`QuantileBins`)."""
+    values = np.unique(column[~np.isnan(column)])
+    if len(values) <= bins:
+        return np.asarray((values[:-1] + values[1:]) / 2.0)
+    percentiles = np.linspace(0, 100, num=bins + 1)[1:-1]
+    return np.unique(np.percentile(column[~np.isnan(column)], percentiles, method="midpoint"))
 
 
 class StandInGame(SurrogateGame):
