@@ -9,9 +9,8 @@ by d × d solves), on other features: each numeric column one-hot into `BINS` bi
 never on labels or on a coalition's model), categoricals one-hot as in the model's
 preprocessing, so that the linear model is a sum of step functions of single features, as
 shallow trees are. `PENALTY` (10) per bin coefficient, chosen on the bench's seeds 0-1 among
-4-32 bins and penalties 1-50 (the bins' share of a coalition's rows is what moves a
-coefficient: a bin held by fewer rows than the penalty stays near 0, as a HistGradientBoosting
-leaf needs `min_samples_leaf`, 20, rows); with `keep_value`, each column's standardised value
+4-32 bins and penalties 1-50 (it outweighs a bin that few of a coalition's rows fall in,
+as a HistGradientBoosting leaf needs `min_samples_leaf`, 20, rows); with `keep_value`, each column's standardised value
 beside its bins, penalised as the stand-in's columns are.
 """
 
