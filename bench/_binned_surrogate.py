@@ -10,8 +10,8 @@ never on labels or on a coalition's model), categoricals one-hot as in the model
 preprocessing, so that the linear model is a sum of step functions of single features, as
 shallow trees are. `PENALTY` (10) per bin coefficient, chosen on the bench's seeds 0-1 among
 4-32 bins and penalties 1-50 (it outweighs a bin that few of a coalition's rows fall in,
-as a HistGradientBoosting leaf needs `min_samples_leaf`, 20, rows); with `keep_value`, each column's standardised value
-beside its bins, penalised as the stand-in's columns are.
+as a HistGradientBoosting leaf needs `min_samples_leaf`, 20, rows); with `keep_value`, each
+column's standardised value beside its bins, penalised as the stand-in's columns are.
 """
 
 from __future__ import annotations
