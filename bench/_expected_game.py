@@ -26,13 +26,13 @@ import pandas as pd
 from joblib import Parallel, delayed
 from scipy.stats import spearmanr
 
+from bench._binned_surrogate import BinnedSurrogateGame, StandInGame
 from bench._tree_surrogate import TreeSurrogateGame
 from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_score
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.estimators import as_recipe, build_estimator
 from pipeline.rewards.interval import improvement_interval
 from pipeline.rewards.shapley import Coalition, exact_shapley
-from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.valuation import Player
 
 BLOCK_SEED = 7
@@ -168,19 +168,30 @@ def significant(
 
 
 def surrogate_games(
-    scorer: BenchmarkScorer, base: pd.DataFrame, players: Sequence[Player], higher_is_better: bool
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame,
+    players: Sequence[Player],
+    higher_is_better: bool,
+    names: Sequence[str],
 ) -> dict[str, Any]:
-    """The games a forest's split is measured with: the linear stand-in the valuation uses, and
-    the tree surrogate of bench/_tree_surrogate.py in two variants."""
+    """The games of `names` a forest's split is measured with: the linear stand-in, the binned
+    one (bench/_binned_surrogate.py), and the tree surrogate of bench/_tree_surrogate.py in two
+    variants ("tree", "tree, parent")."""
     frames = [p.frame for p in players]
     options: dict[str, Any] = {"higher_is_better": higher_is_better}
-    return {
-        "stand-in": SurrogateGame(scorer, base, frames, max_base_rows=50_000, **options),
-        "tree": TreeSurrogateGame(scorer, base, frames, bootstrap=True, parent=False, **options),
-        "tree, parent": TreeSurrogateGame(
+    makers: dict[str, Callable[[], Any]] = {
+        "stand-in": lambda: StandInGame(scorer, base, frames, max_base_rows=50_000, **options),
+        "binned": lambda: BinnedSurrogateGame(
+            scorer, base, frames, max_base_rows=50_000, **options
+        ),
+        "tree": lambda: TreeSurrogateGame(
+            scorer, base, frames, bootstrap=True, parent=False, **options
+        ),
+        "tree, parent": lambda: TreeSurrogateGame(
             scorer, base, frames, bootstrap=False, parent=True, **options
         ),
     }
+    return {name: makers[name]() for name in names}
 
 
 def forest_scenario(
@@ -189,6 +200,7 @@ def forest_scenario(
     players: Sequence[Player],
     k: int,
     higher_is_better: bool,
+    surrogates: Sequence[str],
 ) -> dict[str, tuple[float, float]] | None:
     """(largest paid-fraction error in % of the pool, Spearman of the shares) of each surrogate
     and of the floor against the expected game's exact Shapley; None when the reference does not
@@ -206,6 +218,7 @@ def forest_scenario(
         return error, float(spearmanr(a, b).statistic) if distinct else math.nan
 
     result = {"floor": against(ref["floor_fractions"], ref["floor_shares"])}
-    for name, game in surrogate_games(scorer, base, players, higher_is_better).items():
+    games = surrogate_games(scorer, base, players, higher_is_better, surrogates)
+    for name, game in games.items():
         result[name] = against(*paid_fractions(game.value, len(players)))
     return result

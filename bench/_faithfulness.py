@@ -36,7 +36,8 @@ beyond noise, so no batch would be paid and nothing compared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +45,25 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from bench._binned_surrogate import BinnedSurrogateGame, StandInGame, playing
 from bench._expected_game import forest_scenario
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
+from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
+# The surrogates a tree estimator's split is measured with (`--surrogates`): the valuation's
+# linear stand-in and the binned one (bench/_binned_surrogate.py); "tree" and "tree, parent"
+# (bench/_tree_surrogate.py) for random forests only.
+SURROGATES = ("stand-in", "binned", "tree", "tree, parent")
+STAND_INS: dict[str, type[SurrogateGame]] = {
+    "stand-in": StandInGame,
+    "binned": BinnedSurrogateGame,
+}
+# The valuation's own surrogate, unnamed (linear estimators: it is the estimator's objective).
+DEPLOYED: dict[str, type[SurrogateGame] | None] = {"": None}
 # Forests averaged per coalition in a random forest's expected game (bench/_expected_game.py).
 FOREST_SEEDS = 8
 
@@ -196,6 +209,7 @@ def measure_forest(
     seeds: int,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """`measure` for a random forest: the reference is exact Shapley of the forest's expected
     game over `FOREST_SEEDS` seeds, the floor the same over as many other seeds
@@ -209,7 +223,9 @@ def measure_forest(
             for seed in range(seeds):
                 scorer, base, contributions = scenario(data, players, 1000 * players + seed)
                 hib = data.metric != "rmse"
-                measured = forest_scenario(scorer, base, contributions, FOREST_SEEDS, hib)
+                measured = forest_scenario(
+                    scorer, base, contributions, FOREST_SEEDS, hib, surrogates
+                )
                 for name, figures in (measured or {}).items():
                     found.setdefault(name, []).append(figures)
             floors = [e for e, _ in found.pop("floor", [])]
@@ -233,7 +249,7 @@ def measure_forest(
 
 
 def scale_scenario(
-    accepted: int, players: int, seed: int
+    accepted: int, players: int, seed: int, estimator: str | Recipe = "logistic_regression"
 ) -> tuple[BenchmarkScorer, pd.DataFrame, list[Player]]:
     """`accepted` demo churn rows without a two-year contract, 10,000 benchmark rows and
     `players` contributions of 1,000 rows drawn like the benchmark, with seeded label noise."""
@@ -249,7 +265,7 @@ def scale_scenario(
     scorer = BenchmarkScorer(
         pd.DataFrame(churn_rows(10_000, seed=1)),
         task_type="classification",
-        estimator="logistic_regression",
+        estimator=estimator,
         target_column="churned",
         metric_name="accuracy",
     )
@@ -265,20 +281,25 @@ def compared(
     seed: int,
     *,
     higher_is_better: bool,
-) -> tuple[float, float, float] | None:
-    """(share error % of pool, Spearman, floor error) of one batch, or None when the reference
-    pays nothing: the surrogate (`cheap`) and the perturbed estimator against exact Shapley."""
+    games: Mapping[str, type[SurrogateGame] | None] = DEPLOYED,
+) -> tuple[dict[str, tuple[float, float]], float] | None:
+    """Each surrogate's (share error % of pool, Spearman) and the floor's error for one batch,
+    or None when the reference pays nothing: the surrogates (`cheap`, the valuation's own for
+    a None game, else `games[name]`) and the perturbed estimator against exact Shapley."""
     options: dict[str, Any] = {"higher_is_better": higher_is_better}
     reference = value_batch(scorer, base, contributions, settings=exact, **options)
     if not reference.accepted or reference.pool_pct <= 0:
         return None
-    surrogate = value_batch(
-        scorer, base, contributions, settings=cheap, without=reference.without, **options
-    )
-    error, rho = compare(reference, surrogate)
+    found = {}
+    for name, game in games.items():
+        with playing(game) if game is not None else nullcontext():
+            surrogate = value_batch(
+                scorer, base, contributions, settings=cheap, without=reference.without, **options
+            )
+        found[name] = compare(reference, surrogate)
     again = perturbed(scorer, base, contributions, seed)
     floor = compare(reference, value_batch(*again, settings=exact, **options))[0]
-    return error, rho, floor
+    return found, floor
 
 
 def measure_scale(
@@ -288,29 +309,71 @@ def measure_scale(
     engine: Any,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     max_base_rows: int = ValuationSettings.surrogate_max_base_rows,
+    family: str = "linear",
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """`measure`'s rows for `scale_scenario`: the surrogate as deployed (its accepted sample
-    included) against exact Shapley with logistic regression, with the floor."""
+    included) against exact Shapley with the family's classifier (logistic regression by
+    default; for the others one row per stand-in of `surrogates`, against one seed's model:
+    the floor, its rows in another order, says what that seed moves), with the floor."""
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     deployed = ValuationSettings(
         resamples=200, coalition_row_budget=0, surrogate_max_base_rows=max_base_rows, engine=engine
     )
+    estimator = FAMILIES[family]["classification"]
+    games = _games(estimator, surrogates)
     table = []
     for accepted in accepted_sizes:
         for players in sizes:
-            errors, rhos, floors = [], [], []
+            batches = []
             for seed in range(seeds):
-                scenario_ = scale_scenario(accepted, players, 10 * players + seed)
-                found = compared(*scenario_, exact, deployed, seed, higher_is_better=True)
+                scenario_ = scale_scenario(accepted, players, 10 * players + seed, estimator)
+                found = compared(
+                    *scenario_, exact, deployed, seed, higher_is_better=True, games=games
+                )
                 if found is not None:
-                    errors.append(found[0])
-                    rhos.append(found[1])
-                    floors.append(found[2])
+                    batches.append(found)
             name = f"churn {accepted:,} accepted"
-            table.append(_row(name, "logistic_regression", players, seeds, errors, rhos, floors))
-            if on_row is not None:
-                on_row(table[-1])
+            rows = _rows(name, as_recipe(estimator).estimator, players, seeds, games, batches)
+            for row in rows:
+                table.append(row)
+                if on_row is not None:
+                    on_row(row)
     return table
+
+
+def _games(
+    estimator: str | Recipe, surrogates: Sequence[str]
+) -> Mapping[str, type[SurrogateGame] | None]:
+    """The valuation's own surrogate for a linear estimator (its objective), else the
+    stand-ins of `surrogates` by name."""
+    if as_recipe(estimator).estimator in ("logistic_regression", "linear_regression"):
+        return DEPLOYED
+    return {name: STAND_INS[name] for name in surrogates if name in STAND_INS}
+
+
+def _rows(
+    data: str,
+    estimator: str,
+    players: int,
+    seeds: int,
+    games: Mapping[str, Any],
+    batches: list[tuple[dict[str, tuple[float, float]], float]],
+) -> list[dict[str, Any]]:
+    """One `_row` per game of the paid `batches` (`compared`), named "estimator, game"."""
+    floors = [floor for _, floor in batches]
+    return [
+        _row(
+            data,
+            f"{estimator}, {name}" if name else estimator,
+            players,
+            seeds,
+            [found[name][0] for found, _ in batches],
+            [found[name][1] for found, _ in batches],
+            floors,
+        )
+        for name in games
+    ]
 
 
 def _row(
@@ -351,36 +414,39 @@ def measure(
     engine: Any,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    surrogates: Sequence[str] = SURROGATES,
 ) -> list[dict[str, Any]]:
     """One row per (data set, batch size): scenarios paid, worst and median error, Spearman,
-    and the floor (the reference against its perturbed self, `perturbed`). A random forest's
-    rows come from `measure_forest` instead, one per surrogate.
+    and the floor (the reference against its perturbed self, `perturbed`). For estimators
+    the valuation gives a stand-in (not linear), one row per surrogate of `surrogates`
+    (`STAND_INS`); a random forest's rows come from `measure_forest` instead.
 
     `only`: comma-separated data set names (default: all); `on_row` sees each row when done."""
     if as_recipe(estimators["classification"]).estimator.startswith("random_forest"):
-        return measure_forest(estimators, sizes, seeds, only, on_row)
+        return measure_forest(estimators, sizes, seeds, only, on_row, surrogates)
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
+    games = _games(estimators["classification"], surrogates)
     table = []
     for data in datasets(estimators):
         if only and data.name not in only.split(","):
             continue
         for players in sizes:
-            errors, rhos, floors = [], [], []
+            batches = []
             for seed in range(seeds):
-                found = compared(
+                batch = compared(
                     *scenario(data, players, 1000 * players + seed),
                     exact,
                     cheap,
                     seed,
                     higher_is_better=data.metric != "rmse",
+                    games=games,
                 )
-                if found is not None:
-                    errors.append(found[0])
-                    rhos.append(found[1])
-                    floors.append(found[2])
+                if batch is not None:
+                    batches.append(batch)
             estimator = as_recipe(data.estimator).estimator
-            table.append(_row(data.name, estimator, players, seeds, errors, rhos, floors))
-            if on_row is not None:
-                on_row(table[-1])
+            for row in _rows(data.name, estimator, players, seeds, games, batches):
+                table.append(row)
+                if on_row is not None:
+                    on_row(row)
     return table

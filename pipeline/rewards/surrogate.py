@@ -14,7 +14,9 @@ linear model whose coalition fits cost d × d solves (d: feature columns):
   or multinomial) to convergence, so each coalition's fit is the estimator's fit and the game is
   the estimator's game (up to the solvers' tolerances, and imputation medians taken over all
   rows). Otherwise (forests, boosting, neighbours, the owner's code) it is a stand-in: L2
-  logistic or ridge regression at `STAND_IN_PENALTY`.
+  logistic or ridge regression at `STAND_IN_PENALTY` (other features for trees, binned numeric
+  columns, were measured and not closer: docs/valuation-scale.md §5; the bench plays them
+  through the methods `_objective`, `_preprocessing` and `_scaled`).
 - Accepted rows beyond `max_base_rows` are replaced by a sample, stratified by class, whose
   rows carry the weight of the rows they stand for, so the accepted data keeps its mass against
   the batch; the sample is seeded.
@@ -48,6 +50,7 @@ from pipeline.rewards.surrogate_fits import (
     CHUNK_CELLS,
     LogisticPart,
     Moments,
+    Objective,
     coalition_fits,
     coalition_penalties,
     coalition_penalty,
@@ -108,7 +111,7 @@ class SurrogateGame:
             labelled[0], scorer.target_column, max_base_rows, self.classification
         )
         self.sample_rows = len(sample)
-        self.objective = objective_for(scorer.recipe, scorer.task_type)
+        self.objective = self._objective()
         self._transform([sample, *labelled[1:]], weight)
         self._fits: dict[frozenset[int], Any] = {}
         self._prepare_statistics()
@@ -124,7 +127,7 @@ class SurrogateGame:
         # The model's own preprocessing; a model with the owner's training code has none the
         # marketplace knows, so the surrogate uses the label check's (CHECK_ESTIMATORS).
         recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
-        features = build_estimator(recipe, self.scorer.task_type)["features"]
+        features = self._preprocessing(recipe)
 
         def matrix(transformed: object) -> np.ndarray:
             dense = np.asarray(_dense(transformed), dtype="float64")
@@ -134,8 +137,7 @@ class SurrogateGame:
         # the parts: the preprocessing's cost is per call as much as per row.
         x_train = matrix(features.fit_transform(train.reindex(columns=columns)))
         self.x_bench = matrix(features.transform(self.scorer.bench.reindex(columns=columns)))
-        self.scaled = np.zeros(x_train.shape[1], dtype=bool)
-        self.scaled[features.output_indices_.get("numeric", slice(0, 0))] = True
+        self.scaled = self._scaled(features, x_train.shape[1])
         ends = np.cumsum([len(p) for p in parts_frames])
         target = self.scorer.target_column
         self.parts = [
@@ -148,6 +150,20 @@ class SurrogateGame:
             for i, (p, end) in enumerate(zip(parts_frames, ends, strict=True))
         ]
         self.moments = [Moments.of(p.x, p.weight) for p in self.parts]
+
+    def _objective(self) -> Objective:
+        """The penalised loss of the coalitions' fits (`objective_for`)."""
+        return objective_for(self.scorer.recipe, self.scorer.task_type)
+
+    def _preprocessing(self, recipe: Recipe) -> Any:
+        """The unfitted feature transform: the model's own preprocessing."""
+        return build_estimator(recipe, self.scorer.task_type)["features"]
+
+    def _scaled(self, features: Any, width: int) -> np.ndarray:
+        """Which of the fitted transform's `width` columns the model standardises."""
+        scaled = np.zeros(width, dtype=bool)
+        scaled[features.output_indices_.get("numeric", slice(0, 0))] = True
+        return scaled
 
     def _members(self, coalition: frozenset[int]) -> list[int]:
         return [i for i in (0, *(j + 1 for j in sorted(coalition))) if len(self.parts[i].x)]
