@@ -43,6 +43,7 @@ from pipeline.evaluation.metrics import (
     value_columns,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
+from pipeline.models.bulk_preprocessing import bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.surrogate_fits import (
     CHUNK_CELLS,
@@ -120,22 +121,7 @@ class SurrogateGame:
     def _transform(self, parts_frames: list[pd.DataFrame], weight: float) -> None:
         """The parts as rows of the model's own preprocessing, fitted once on all of them."""
         train = pd.concat([p for p in parts_frames if len(p)], ignore_index=True)
-        columns = self.scorer.feature_columns(train)
-        # The model's own preprocessing; a model with the owner's training code has none the
-        # marketplace knows, so the surrogate uses the label check's (CHECK_ESTIMATORS).
-        recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
-        features = build_estimator(recipe, self.scorer.task_type)["features"]
-
-        def matrix(transformed: object) -> np.ndarray:
-            dense = np.asarray(_dense(transformed), dtype="float64")
-            return np.hstack([dense, np.ones((len(dense), 1))])
-
-        # One transform of all the rows (a part may lack a column: missing, imputed), cut into
-        # the parts: the preprocessing's cost is per call as much as per row.
-        x_train = matrix(features.fit_transform(train.reindex(columns=columns)))
-        self.x_bench = matrix(features.transform(self.scorer.bench.reindex(columns=columns)))
-        self.scaled = np.zeros(x_train.shape[1], dtype=bool)
-        self.scaled[features.output_indices_.get("numeric", slice(0, 0))] = True
+        x_train, self.x_bench, self.scaled = self._features(train)
         ends = np.cumsum([len(p) for p in parts_frames])
         target = self.scorer.target_column
         self.parts = [
@@ -148,6 +134,34 @@ class SurrogateGame:
             for i, (p, end) in enumerate(zip(parts_frames, ends, strict=True))
         ]
         self.moments = [Moments.of(p.x, p.weight) for p in self.parts]
+
+    def _features(self, train: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The training rows' and the benchmark's features with an intercept column last, and
+        which columns are standardised: computed in bulk (`pipeline.models.bulk_preprocessing`)
+        where the preprocessing allows, by scikit-learn's pipeline otherwise."""
+        columns = self.scorer.feature_columns(train)
+        # The model's own preprocessing; a model with the owner's training code has none the
+        # marketplace knows, so the surrogate uses the label check's (CHECK_ESTIMATORS).
+        recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
+        train, bench = train.reindex(columns=columns), self.scorer.bench.reindex(columns=columns)
+        text = recipe.preprocessing.text_columns
+        bulk = bulk_features(train, [bench], text)
+        if bulk is not None:
+            x_train, x_bench, scaled = bulk.fitted, bulk.others[0], bulk.scaled
+        else:
+            features = build_estimator(recipe, self.scorer.task_type)["features"]
+            # One transform of all the rows (a part may lack a column: missing, imputed), cut
+            # into the parts: the preprocessing's cost is per call as much as per row.
+            x_train = np.asarray(_dense(features.fit_transform(train)), dtype="float64")
+            x_bench = np.asarray(_dense(features.transform(bench)), dtype="float64")
+            scaled = np.zeros(x_train.shape[1], dtype=bool)
+            scaled[features.output_indices_.get("numeric", slice(0, 0))] = True
+        ones = np.ones((1, 1))
+        return (
+            np.hstack([x_train, np.broadcast_to(ones, (len(x_train), 1))]),
+            np.hstack([x_bench, np.broadcast_to(ones, (len(x_bench), 1))]),
+            np.append(scaled, False),
+        )
 
     def _members(self, coalition: frozenset[int]) -> list[int]:
         return [i for i in (0, *(j + 1 for j in sorted(coalition))) if len(self.parts[i].x)]
