@@ -193,10 +193,15 @@ def probabilities_in_place(eta: np.ndarray) -> np.ndarray:
 
 def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
     """The part's Hessian of the loss at `beta` (outputs x features), class-major."""
-    p = probabilities(part.x @ beta.T)
-    outputs, dims = beta.shape
+    return _hessian(part, probabilities(part.x @ beta.T))
+
+
+def _hessian(part: LogisticPart, p: np.ndarray) -> np.ndarray:
+    """The part's Hessian where its rows' class probabilities are `p`."""
+    outputs = p.shape[1]
     if outputs == 1:
         return np.asarray((part.x * (part.weight * p[:, 0] * (1 - p[:, 0]))[:, None]).T @ part.x)
+    dims = part.x.shape[1]
     blocks = np.empty((outputs, dims, outputs, dims))
     for k in range(outputs):
         for j in range(k, outputs):
@@ -208,14 +213,20 @@ def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
 
 def _gradient(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
     """The part's gradient of the log-likelihood at `beta`, shaped like `beta`."""
-    residual = (part.y - probabilities(part.x @ beta.T)) * part.weight[:, None]
-    return np.asarray((part.x.T @ residual).T)
+    return _gradient_at(part, probabilities(part.x @ beta.T))
 
 
-def _loss(parts: Sequence[LogisticPart], beta: np.ndarray, pen: np.ndarray) -> float:
+def _gradient_at(part: LogisticPart, p: np.ndarray) -> np.ndarray:
+    """The part's gradient where its rows' class probabilities are `p`."""
+    return np.asarray((part.x.T @ ((part.y - p) * part.weight[:, None])).T)
+
+
+def _loss(
+    parts: Sequence[LogisticPart], etas: Sequence[np.ndarray], beta: np.ndarray, pen: np.ndarray
+) -> float:
+    """The penalised loss at `beta`, whose linear predictors on each part are `etas`."""
     total = 0.5 * float(np.sum(pen * beta * beta))
-    for part in parts:
-        eta = part.x @ beta.T
+    for part, eta in zip(parts, etas, strict=True):
         if beta.shape[0] == 1:
             nll = np.logaddexp(0.0, eta[:, 0]) - part.y[:, 0] * eta[:, 0]
         else:
@@ -240,15 +251,22 @@ def logistic_fit(
     outputs, dims = parts[0].y.shape[1], parts[0].x.shape[1]
     pen_rows = _full_penalty(pen, outputs)
     beta = np.zeros((outputs, dims)) if start is None else start.copy()
-    loss = _loss(parts, beta, pen_rows)
+    # Each part's linear predictors at `beta`, from the loss's evaluation: the gradient and
+    # Hessian there take them, and the probabilities once, instead of a product each.
+    etas = [p.x @ beta.T for p in parts]
+    loss = _loss(parts, etas, beta, pen_rows)
     for _ in range(NEWTON_STEPS):
-        gradient = sum(_gradient(p, beta) for p in parts) - pen_rows * beta
-        hessian = sum(part_hessian(p, beta) for p in parts) + np.diag(pen_rows.ravel())
+        proba = [probabilities(eta) for eta in etas]
+        gradient = sum(_gradient_at(*pair) for pair in zip(parts, proba, strict=True))
+        gradient = gradient - pen_rows * beta
+        hessian = sum(_hessian(*pair) for pair in zip(parts, proba, strict=True))
+        hessian = hessian + np.diag(pen_rows.ravel())
         step = _solve(hessian, gradient.ravel()).reshape(beta.shape)
         scale = 1.0
         while scale > 1e-4:
             trial = beta + scale * step
-            trial_loss = _loss(parts, trial, pen_rows)
+            etas = [p.x @ trial.T for p in parts]
+            trial_loss = _loss(parts, etas, trial, pen_rows)
             if trial_loss <= loss + 1e-12 * abs(loss):
                 break
             scale /= 2
