@@ -136,11 +136,11 @@ def frame_fingerprints(frames: Sequence[pd.DataFrame]) -> list[str]:
     call and column), so each fingerprint is the one the frame alone would get. A frame with an
     object column is hashed alone: pandas factorises such a column first, and in one call 1
     and True of two frames would be one value."""
-    groups: dict[tuple[str, ...], list[int]] = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, frame in enumerate(frames):
-        signature = tuple(f"{c!r}:{t}" for c, t in frame.dtypes.items())
-        alone = any(pd.api.types.is_object_dtype(t) for t in frame.dtypes)
-        groups.setdefault((str(i),) if alone else signature, []).append(i)
+        types = tuple(frame.dtypes.tolist())  # pandas builds a Series per `dtypes`: once
+        alone = any(pd.api.types.is_object_dtype(t) for t in types)
+        groups.setdefault((i,) if alone else (tuple(frame.columns), types), []).append(i)
     result = [""] * len(frames)
     for members in groups.values():
         rows = pd.concat([frames[i] for i in members], ignore_index=True)
