@@ -47,6 +47,7 @@ from pipeline.models.bulk_preprocessing import bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.surrogate_fits import (
     CHUNK_CELLS,
+    AtFullFit,
     LogisticPart,
     Moments,
     coalition_fits,
@@ -112,6 +113,7 @@ class SurrogateGame:
         self.objective = objective_for(scorer.recipe, scorer.task_type)
         self._transform([sample, *labelled[1:]], weight)
         self._fits: dict[frozenset[int], Any] = {}
+        self._member_lists: dict[frozenset[int], list[int]] = {}
         self._prepare_statistics()
         # v(∅) = 0 first: "without" is scored apart, never in bulk (`_bulk_values`).
         self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
@@ -164,7 +166,12 @@ class SurrogateGame:
         )
 
     def _members(self, coalition: frozenset[int]) -> list[int]:
-        return [i for i in (0, *(j + 1 for j in sorted(coalition))) if len(self.parts[i].x)]
+        """The parts with rows a coalition trains on (the accepted rows are part 0); asked
+        several times per coalition, computed once."""
+        if coalition not in self._member_lists:
+            parts = (0, *(j + 1 for j in sorted(coalition)))
+            self._member_lists[coalition] = [i for i in parts if len(self.parts[i].x)]
+        return self._member_lists[coalition]
 
     def _penalty(self, members: Sequence[int]) -> np.ndarray:
         moments = [self.moments[i] for i in members]
@@ -186,6 +193,11 @@ class SurrogateGame:
         used = [i for i in every if len(self.parts[i].x)]
         self.full_fit = logistic_fit([self.logistic[i] for i in used], self._penalty(used))
         self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
+
+    @cached_property
+    def _at_full(self) -> AtFullFit:
+        """Each round's coalition fits start from the same full fit: what they need of it."""
+        return AtFullFit.of(self.logistic, self.full_fit, self.hessians)
 
     def _logistic_parts(self, classes: Sequence[Any], members: Iterable[int]) -> list[LogisticPart]:
         """The parts with one-hot labels over `classes` (binomial: the second class only)."""
@@ -228,7 +240,9 @@ class SurrogateGame:
             pens = coalition_penalties(
                 self.moments, membership, self.scaled, self.objective.penalty
             )
-            fits = coalition_fits(self.logistic, self.full_fit, self.hessians, members_list, pens)
+            fits = coalition_fits(
+                self.logistic, self.full_fit, self.hessians, members_list, pens, self._at_full
+            )
             self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
         self._bulk_values(missing)
 

@@ -276,16 +276,35 @@ def logistic_fit(
     return beta
 
 
+@dataclass(frozen=True)
+class AtFullFit:
+    """What every round's coalition fits start from, the same in each: the parts' gradients at
+    the fit on every part, and the binomial parts seen from it (`_Anchored`; None: multinomial,
+    or a row beyond `ANCHOR_LIMIT`)."""
+
+    gradients: np.ndarray  # parts x outputs x features
+    anchored: _Anchored | None
+
+    @classmethod
+    def of(
+        cls, parts: Sequence[LogisticPart], full: np.ndarray, hessians: Sequence[np.ndarray]
+    ) -> AtFullFit:
+        gradients = np.stack([_gradient(part, full) for part in parts])
+        return cls(gradients, _Anchored.of(parts, full, hessians))
+
+
 def coalition_fits(
     parts: Sequence[LogisticPart],
     full: np.ndarray,
     hessians: Sequence[np.ndarray],
     coalitions: Sequence[Sequence[int]],
     pens: np.ndarray,
+    at_full: AtFullFit | None = None,
 ) -> list[np.ndarray]:
     """Each coalition's logistic fit (coalitions: lists of part indices), from the fit on
     every part `full` and the parts' Hessians there (module docstring); `pens`: each
-    coalition's penalty per column (`coalition_penalties`)."""
+    coalition's penalty per column (`coalition_penalties`); `at_full`: `AtFullFit.of` these
+    parts, when a game's rounds share it."""
     outputs = full.shape[0]
     pen_rows = np.repeat(np.asarray(pens)[:, None, :], outputs, axis=1)
     if outputs > 1:
@@ -298,12 +317,12 @@ def coalition_fits(
     inv = np.delete(inverses, slow, axis=0) if slow else inverses
     # Every coalition's first pass is at `full`: its gradient is a sum of the parts' there,
     # each computed once (and that pass is a Newton step, the chord matrix being exact there).
-    at_full = np.stack([_gradient(part, full) for part in parts])
+    start = at_full or AtFullFit.of(parts, full, hessians)
     membership = np.zeros((len(coalitions), len(parts)))
     for row, members in enumerate(coalitions):
         membership[row, list(members)] = 1.0
-    from_full = (membership @ at_full.reshape(len(parts), -1)).reshape(betas.shape)
-    anchored = _Anchored.of(parts, full, hessians)
+    from_full = (membership @ start.gradients.reshape(len(parts), -1)).reshape(betas.shape)
+    anchored = start.anchored
     last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
     for step in range(CHORD_STEPS):
         coarse = last[active] >= COARSE_STEP
