@@ -117,8 +117,15 @@ class SurrogateGame:
         self._prepare_statistics()
         # v(∅) = 0 first: "without" is scored apart, never in bulk (`_bulk_values`).
         self._values: dict[frozenset[int], float] = {frozenset(): 0.0}
-        self.score_without = _score(self._predictions(frozenset()))
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
+
+    @cached_property
+    def score_without(self) -> float:
+        """The surrogate's score on the accepted rows alone (fitted with the first round)."""
+        return _score(self._predictions(frozenset()))
+
+    @cached_property
+    def denominator(self) -> float:
+        return improvement_denominator(self.score_without, self.scorer.floor)
 
     def _transform(self, parts_frames: list[pd.DataFrame], weight: float) -> None:
         """The parts as rows of the model's own preprocessing, fitted once on all of them."""
@@ -213,6 +220,8 @@ class SurrogateGame:
     def prepare(self, coalitions: Iterable[frozenset[int]]) -> None:
         """Fit every coalition not fitted yet, at once (classification's fits are vectorised)."""
         missing = [c for c in dict.fromkeys(coalitions) if c not in self._fits]
+        if frozenset() not in self._fits and self._members(frozenset()):
+            missing.insert(0, frozenset())  # "without", fitted with the first round's chords
         if not self.classification:
             for c in missing:
                 members = self._members(c)
