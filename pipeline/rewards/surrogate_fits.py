@@ -407,12 +407,35 @@ class _Anchored:
             for start in range(0, len(holders), chunk):
                 ids = holders[start : start + chunk]
                 u = x @ half[ids].T  # Δη / 2, rows x coalitions
-                np.tanh(u, out=u)
+                _tanh_in_place(u)
                 denominator = u * t
                 denominator += 1.0
                 u /= denominator
                 total[ids] += (moment_t @ u).T
         return np.asarray((total @ self.seen)[:, None, :])
+
+
+# Within ±SERIES_LIMIT, tanh in float32 by its odd Taylor polynomial to the 9th power: its
+# truncation (below 1e-8 relative) and float32 rounding leave it within one unit of the last
+# place of the exact value (0.74 at most, NumPy's own float32 tanh 0.83, on 2 million
+# points), at about half of NumPy's time (which has no vectorised float32 tanh on this CPU).
+# The chord passes' Δη/2 are within it (0.125 for 99.6 % of them at 10,000 accepted churn rows).
+SERIES_LIMIT = 0.25
+_SERIES = tuple(np.float32(c) for c in (62 / 2835, -17 / 315, 2 / 15, -1 / 3, 1.0))
+
+
+def _tanh_in_place(u: np.ndarray) -> None:
+    """tanh of a float32 array, in place (`SERIES_LIMIT`)."""
+    if not u.size or max(float(u.max()), -float(u.min())) > SERIES_LIMIT:
+        np.tanh(u, out=u)
+        return
+    z = u * u
+    series = z * _SERIES[0]
+    for coefficient in _SERIES[1:-1]:
+        series += coefficient
+        series *= z
+    series += _SERIES[-1]
+    u *= series
 
 
 def _chord_inverses(
