@@ -255,6 +255,7 @@ def logistic_fit(
     # Hessian there take them, and the probabilities once, instead of a product each.
     etas = [p.x @ beta.T for p in parts]
     loss = _loss(parts, etas, beta, pen_rows)
+    last = math.inf  # the last full step's size
     for _ in range(NEWTON_STEPS):
         proba = [probabilities(eta) for eta in etas]
         gradient = sum(_gradient_at(*pair) for pair in zip(parts, proba, strict=True))
@@ -271,8 +272,14 @@ def logistic_fit(
                 break
             scale /= 2
         beta, loss = trial, trial_loss
-        if float(np.max(np.abs(scale * step))) < TOLERANCE:
+        size = float(np.max(np.abs(scale * step)))
+        # Full Newton steps near the fit converge quadratically (a step a tenth of the last
+        # or less): the next is about size³ / last², and below TOLERANCE it need not be taken
+        # (one step of the usual seven from zero).
+        quadratic = scale == 1.0 and size < 0.1 * last < math.inf
+        if size < TOLERANCE or (quadratic and size**3 < TOLERANCE * last**2):
             break
+        last = size if scale == 1.0 else math.inf
     return beta
 
 
