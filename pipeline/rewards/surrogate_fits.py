@@ -55,6 +55,9 @@ COARSE_STEP = 1e-2
 STOP_RATE = 0.5
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
 CHUNK_CELLS = 4_000_000
+# The float32 chord passes work through rows in blocks of about this many cells (`shifts`):
+# 128 KiB of float32, well within a core's 512 KiB L2 cache here.
+BLOCK_CELLS = 32_768
 
 
 @dataclass(frozen=True)
@@ -413,12 +416,19 @@ class _Anchored:
             chunk = max(1, CHUNK_CELLS // max(len(x), 1))
             for start in range(0, len(holders), chunk):
                 ids = holders[start : start + chunk]
-                u = x @ half[ids].T  # Δη / 2, rows x coalitions
-                _tanh_in_place(u)
-                denominator = u * t
-                denominator += 1.0
-                u /= denominator
-                total[ids] += (moment_t @ u).T
+                steps = np.ascontiguousarray(half[ids].T)
+                # Rows in blocks of about BLOCK_CELLS cells: the dozen elementwise passes over
+                # a block then stay in the core's cache, where over all rows at once each pass
+                # went to memory (two to three times the time on this machine).
+                block = max(1, BLOCK_CELLS // len(ids))
+                for first in range(0, len(x), block):
+                    rows = slice(first, first + block)
+                    u = x[rows] @ steps  # Δη / 2, rows x coalitions
+                    _tanh_in_place(u)
+                    denominator = u * t[rows]
+                    denominator += 1.0
+                    u /= denominator
+                    total[ids] += (moment_t[:, rows] @ u).T
         return np.asarray((total @ self.seen)[:, None, :])
 
 
