@@ -46,6 +46,7 @@ from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.bulk_preprocessing import bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.surrogate_fits import (
+    ANCHOR_TOLERANCE,
     CHUNK_CELLS,
     AtFullFit,
     LogisticPart,
@@ -198,7 +199,8 @@ class SurrogateGame:
             return
         self.logistic = self._logistic_parts(self.classes, every)
         used = [i for i in every if len(self.parts[i].x)]
-        self.full_fit = logistic_fit([self.logistic[i] for i in used], self._penalty(used))
+        every_part = [self.logistic[i] for i in used]
+        self.full_fit = logistic_fit(every_part, self._penalty(used), tolerance=ANCHOR_TOLERANCE)
         self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
 
     @cached_property
