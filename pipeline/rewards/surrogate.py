@@ -6,7 +6,8 @@ large accepted data that is hours. The split of the pool instead plays the same 
 linear model whose coalition fits cost d × d solves (d: feature columns):
 
 - Features are the model's own preprocessing (`pipeline.models.estimators`: imputation,
-  scaling, one-hot), fitted once on the accepted rows and the batch; each coalition's fit
+  scaling, one-hot), fitted once on the accepted rows and the batch, computed in bulk where it
+  can be (`pipeline.models.bulk_preprocessing`: the same features); each coalition's fit
   accounts for the scaling the estimator would have fitted on that coalition's rows
   (`pipeline.rewards.surrogate_fits`).
 - When the model's estimator is linear (linear regression, ridge, logistic regression) the
