@@ -12,7 +12,8 @@ per-cell Python work: 26,000 demo rows and a 10,000-row benchmark in about a fif
 
 Only what the preprocessing does in plain columns is computed here: a frame with one of the
 recipe's text columns (TF-IDF), a categorical column with `MAX_CATEGORIES` texts or more (the
-encoder's infrequent grouping) or a column with no value is left to scikit-learn (None).
+encoder's infrequent grouping), a column with no value or an infinite number is left to
+scikit-learn (None).
 """
 
 from __future__ import annotations
@@ -80,8 +81,10 @@ def _standardise(frames: Sequence[pd.DataFrame], matrices: Sequence[np.ndarray])
     """Numbers imputed with the fitted frame's medians, then standardised by its mean and
     standard deviation (StandardScaler's rule for a constant column: divided by 1), written in
     the first columns of each matrix; False when a fitted column has no value (the imputer
-    would drop it)."""
+    would drop it) or a number is infinite."""
     values = [_floats(f) for f in frames]
+    if any(np.isinf(v).any() for v in values):
+        return False  # scikit-learn refuses infinite numbers: its error, not features
     first = values[0]
     known = ~np.isnan(first)
     if not known.any(axis=0).all():

@@ -81,8 +81,9 @@ def test_the_demo_data_gets_the_pipelines_features_and_its_scaled_columns() -> N
         (pd.DataFrame({"note": ["a b", "b c"] * 10, "x": range(20)}), ("note",)),
         (pd.DataFrame({"id": [f"t{i}" for i in range(2 * MAX_CATEGORIES)]}), ()),
         (pd.DataFrame({"x": [np.nan] * 20, "y": range(20)}), ()),
+        (pd.DataFrame({"x": [1.0, np.inf] * 10, "y": range(20)}), ()),
     ],
-    ids=["text column", "categories up to the cap", "a column with no value"],
+    ids=["text column", "categories up to the cap", "a column with no value", "infinity"],
 )
 def test_what_only_the_pipeline_does_is_left_to_it(
     frame: pd.DataFrame, text_columns: tuple[str, ...]
