@@ -22,6 +22,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from pipeline.models.estimators import Recipe
@@ -102,6 +103,9 @@ class BinnedSurrogateGame(SurrogateGame):
             parts.insert(0, ("value", StandardScaler()))
         features.set_params(numeric__scale=FeatureUnion(parts))
         return features
+
+    def _bulk(self, train: pd.DataFrame, bench: pd.DataFrame, recipe: Recipe) -> None:
+        return None  # the bulk path computes the model's own preprocessing, not the bins
 
     def _scaled(self, features: Any, width: int) -> np.ndarray:
         scaled = np.zeros(width, dtype=bool)

@@ -311,6 +311,10 @@ def _label_score(metric_name: str, y_true: np.ndarray, y_pred: np.ndarray) -> fl
     from sklearn.metrics import accuracy_score, f1_score
 
     if metric_name == "accuracy":
+        if _integer_labels(y_true) and _integer_labels(y_pred) and len(y_true) == len(y_pred) > 0:
+            # scikit-learn's checks pass on such labels, and its accuracy is then the share of
+            # equal labels, as here (the same float): without its 1-2 ms of validation.
+            return float(np.mean(y_true == y_pred))
         return float(accuracy_score(y_true, y_pred))
     classes = sorted_labels(set(y_true))
     if len(classes) == 2:
@@ -321,6 +325,10 @@ def _label_score(metric_name: str, y_true: np.ndarray, y_pred: np.ndarray) -> fl
             )
         )
     return float(f1_score(y_true, y_pred, average="macro", zero_division=0.0))
+
+
+def _integer_labels(labels: np.ndarray) -> bool:
+    return isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind in "biu"
 
 
 def _roc_auc(y_true: np.ndarray, classes: tuple[Any, ...], scores: np.ndarray) -> float:

@@ -79,7 +79,8 @@ class BenchmarkScorer:
             )
         if target_column not in benchmark_df.columns:
             raise Unprocessable(f"target column {target_column!r} is missing from the benchmark")
-        bench = _labelled(benchmark_df, target_column, task_type, "benchmark")
+        # A copy: the scorer keeps the benchmark for its lifetime, whatever the caller does.
+        bench = _labelled(benchmark_df, target_column, task_type, "benchmark").copy()
         if bench.empty:
             raise Unprocessable(f"the benchmark has no rows with a {target_column!r} value")
         self.metric = metric
@@ -170,7 +171,9 @@ def _labelled(frame: pd.DataFrame, target_column: str, task_type: str, what: str
         if len(frame):
             raise Unprocessable(f"target column {target_column!r} is missing from the {what}")
         return pd.DataFrame(columns=[target_column])
-    rows = frame[frame[target_column].notna()]
+    known = frame[target_column].notna()
+    # Every row labelled (the usual case): the frame itself, not a copy of every column.
+    rows = frame if bool(known.all()) else frame[known]
     if task_type == "regression":
         target = pd.to_numeric(rows[target_column], errors="coerce")
         if target.isna().any():

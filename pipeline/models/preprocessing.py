@@ -62,7 +62,7 @@ def build_preprocessor(
 
     numeric = Pipeline(
         [
-            ("coerce", FunctionTransformer(_as_floats)),
+            ("coerce", FunctionTransformer(as_floats)),
             ("impute", SimpleImputer(strategy="median")),
             ("scale", StandardScaler()),
         ]
@@ -90,7 +90,7 @@ def build_preprocessor(
     return ColumnTransformer(transformers, sparse_threshold=0.0 if dense else 0.3)
 
 
-def _as_floats(frame: pd.DataFrame) -> pd.DataFrame:
+def as_floats(frame: pd.DataFrame) -> pd.DataFrame:
     """Numeric columns as float64: nullable integers' NA and stray text become NaN."""
     import pandas as pd  # lazily: see the module docstring
 
@@ -128,29 +128,47 @@ def _as_category_strings(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _category_strings(column: pd.Series) -> np.ndarray:
-    """One column as `str(value)` per cell, NaN where missing: one `str` call per distinct value.
+    """One column as `str(value)` per cell, NaN where missing (`category_codes`)."""
+    import numpy as np  # lazily: see the module docstring
+
+    codes, texts = category_codes(column)
+    result: np.ndarray = np.asarray([*texts.tolist(), math.nan], dtype=object)[codes]  # -1: NaN
+    return result
+
+
+def category_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical column as the texts the preprocessing gives its cells: each cell's index
+    into the distinct texts (-1 where missing) and those texts (an object array); one `str`
+    call per distinct value.
 
     Values of one type (a typed column, or an object column holding only text or only
     booleans) are factorised first; an object column of other values is converted cell by
-    cell, since factorising would merge 1, 1.0 and True, whose texts differ.
+    cell, since factorising would merge 1, 1.0 and True, whose texts differ. Distinct values
+    with the same text (1 and "1" among a categorical's categories) are one text.
     """
     import numpy as np  # lazily: see the module docstring
     import pandas as pd
 
     typed = column.dtype != object
     if not typed and pd.api.types.infer_dtype(column, skipna=True) not in ("string", "boolean"):
-        cells = column.tolist()
-        return np.asarray([math.nan if _missing(v) else str(v) for v in cells], dtype=object)
+        cells = [math.nan if _missing(v) else str(v) for v in column.tolist()]
+        codes, uniques = pd.factorize(np.asarray(cells, dtype=object), use_na_sentinel=True)
+        return np.asarray(codes, dtype=np.intp), np.asarray(uniques, dtype=object)
     codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    codes = np.asarray(codes, dtype=np.intp)
     texts = [str(v) for v in np.asarray(uniques, dtype=object).tolist()]
-    result: np.ndarray = np.asarray([*texts, math.nan], dtype=object)[codes]  # -1: the NaN
     if not typed:
         # pandas counts more as missing in an object column (Decimal NaN, numpy's NaT): as text.
         gaps = np.flatnonzero(codes < 0)
         for i, value in zip(gaps.tolist(), column.to_numpy()[gaps].tolist(), strict=True):
             if not _missing(value):
-                result[i] = str(value)
-    return result
+                codes[i] = len(texts)
+                texts.append(str(value))
+    if len(set(texts)) < len(texts):
+        distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+        codes = np.where(codes >= 0, inverse[codes], -1)
+        return codes, distinct
+    return codes, np.asarray(texts, dtype=object)
 
 
 def _as_documents(frame: pd.DataFrame) -> np.ndarray:

@@ -107,7 +107,17 @@ def _cells(
     key = np.zeros(len(without.y_true), dtype="int64")
     for codes, uniques in factors:
         key = key * (len(uniques) + 1) + (codes + 1)  # NaN (code -1) is a value of its own
-    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    keys = math.prod(len(uniques) + 1 for _, uniques in factors)
+    if keys <= 4 * len(key):
+        # Few possible keys (labels): counted without a sort, in the order of the keys as
+        # `np.unique` gives them; any row of a cell stands for it (they are alike).
+        every = np.bincount(key, minlength=keys)
+        present = np.flatnonzero(every)
+        first = np.empty(keys, dtype=np.intp)
+        first[key] = np.arange(len(key))
+        first, counts = first[present], every[present]
+    else:
+        _, first, counts = np.unique(key, return_index=True, return_counts=True)
     if len(first) * _CELL_GAIN > len(key):
         return None
     return (

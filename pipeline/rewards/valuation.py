@@ -136,11 +136,11 @@ def frame_fingerprints(frames: Sequence[pd.DataFrame]) -> list[str]:
     call and column), so each fingerprint is the one the frame alone would get. A frame with an
     object column is hashed alone: pandas factorises such a column first, and in one call 1
     and True of two frames would be one value."""
-    groups: dict[tuple[str, ...], list[int]] = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, frame in enumerate(frames):
-        signature = tuple(f"{c!r}:{t}" for c, t in frame.dtypes.items())
-        alone = any(pd.api.types.is_object_dtype(t) for t in frame.dtypes)
-        groups.setdefault((str(i),) if alone else signature, []).append(i)
+        types = tuple(frame.dtypes.tolist())  # pandas builds a Series per `dtypes`: once
+        alone = any(pd.api.types.is_object_dtype(t) for t in types)
+        groups.setdefault((i,) if alone else (tuple(frame.columns), types), []).append(i)
     result = [""] * len(frames)
     for members in groups.values():
         rows = pd.concat([frames[i] for i in members], ignore_index=True)
@@ -214,6 +214,7 @@ class _Game:
         self.engine = engine
         self.base = base if base is not None and len(base) else pd.DataFrame()
         self.results: dict[Coalition, Predictions] = {}
+        self.scores: dict[Coalition, float] = {}
         self.trained = 0
         self.without_cached = without is not None
         self.without: Predictions | None = None
@@ -246,12 +247,18 @@ class _Game:
         self.results.update(zip(missing, results, strict=True))
         self.trained += len(frames)
 
+    def score(self, coalition: Coalition) -> float:
+        """The metric of a trained coalition's predictions (computed once)."""
+        if coalition not in self.scores:
+            self.scores[coalition] = metric_score(self.results[coalition])
+        return self.scores[coalition]
+
     def value(self, coalition: Coalition) -> float:
         if not coalition:
             return 0.0
         if coalition not in self.results:
             self.prepare([coalition])
-        return self.improvement(metric_score(self.results[coalition]))
+        return self.improvement(self.score(coalition))
 
     def coalition_rows(self, coalitions: Sequence[Coalition]) -> int:
         """Training rows the estimator's game would fit on, over `coalitions`."""
@@ -287,7 +294,7 @@ def value_batch(
     game.prepare([final])
     with_predictions = game.results[final]
     assert game.without is not None  # trained by `prepare` at the latest
-    score_with = metric_score(with_predictions)
+    score_with = game.score(final)
     pool = game.improvement(score_with) if active else 0.0
     if proportional:
         given = math.fsum(shares[i] for i in active)
@@ -365,6 +372,8 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
 def _units(players: Sequence[Player]) -> list[list[Player]]:
     """Players grouped by identical rows, in canonical order (by content): the submission
     order changes nothing."""
+    if len(players) == 1:
+        return [list(players)]  # no copy to find, one order: no fingerprint to compute
     groups: dict[str, list[Player]] = {}
     missing = [p.frame for p in players if not p.fingerprint]
     computed = iter(frame_fingerprints(missing))
