@@ -13,10 +13,8 @@ uniform sample of each column's distinct candidates over the whole file (bottom-
 the smallest keyed hash), never its head, and the report says it was sampled. Reports name
 columns and entity types with counts of distinct values, never the values themselves.
 
-Number columns are scanned only when their name says they hold contact or payment numbers
-(`holds_contact_numbers`): a bare number of 8 digits or more is a valid phone number for some
-region as often as not (85 % of epoch-second timestamps, 90 % of 10-digit ids), so scanning every
-number column would refuse most clean files, as a free-text "ticket 1234567890" already is.
+Number columns are scanned only when their name says they hold contact or payment numbers, and
+then only their long whole values, as digit text (`pipeline.checks.pii_numbers`).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checks import pii
+from pipeline.checks.pii_numbers import holds_contact_numbers, is_number_type, long_numbers
 from pipeline.checks.pii_prefilter import candidates, entities_of, gate_run_values, text_values
 from pipeline.core.config import Settings
 
@@ -66,60 +64,6 @@ CONCAT_MAX_BYTES = 1 << 30
 # A column whose first pass passes fewer than one value in this many is pre-filtered through the
 # one-pass gate afterwards (`pii_prefilter.GATE`).
 GATED_RATIO = 64
-
-
-# A phone number has at least `pii.PHONE_MIN_DIGITS` (8) digits and every other entity a bare
-# number can be (a card, an SSN) more: a number below this holds none.
-LONG_NUMBER = 10 ** (pii.PHONE_MIN_DIGITS - 1)
-
-# Column names that say a number column holds phone, card or account numbers: whole words of the
-# name (snake_case, kebab-case, camelCase and spaces split it), or these inside a word.
-_CONTACT_WORDS = frozenset(
-    {
-        "phone",
-        "phones",
-        "tel",
-        "telephone",
-        "mobile",
-        "cell",
-        "fax",
-        "msisdn",
-        "whatsapp",
-        "card",
-        "cc",
-        "ccn",
-        "pan",
-        "ssn",
-    }
-)
-_CONTACT_PARTS = ("phone", "mobile", "msisdn", "whatsapp", "cardnumber", "creditcard")
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-
-
-def holds_contact_numbers(name: str) -> bool:
-    """Whether a number column called `name` is scanned for PII (see the module doc)."""
-    words = {word.lower() for word in _WORD.findall(name)}
-    lowered = name.lower()
-    return bool(words & _CONTACT_WORDS) or any(part in lowered for part in _CONTACT_PARTS)
-
-
-def is_number_type(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
-
-
-def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The whole numbers of a number column with 8 digits or more, as the text of their digits
-    (what a phone or card number written as a number reads as); NaN, fractions and nulls drop."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    big = pc.greater_equal(column, LONG_NUMBER)
-    if not pa.types.is_unsigned_integer(column.type):
-        big = pc.or_(big, pc.less_equal(column, -LONG_NUMBER))
-    column = column.filter(big)  # NaN compares false and null masks drop: both leave
-    if pa.types.is_floating(column.type):
-        whole = pc.and_(pc.equal(pc.floor(column), column), pc.less(pc.abs(column), 2.0**63))
-        column = column.filter(whole).cast(pa.int64())  # float's own text would be 4.1e+09
-    return column.cast(pa.string())
 
 
 @dataclass(frozen=True)

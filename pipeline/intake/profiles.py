@@ -24,12 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.checks.pii_scan import (
-    PiiReport,
-    PiiScanner,
-    holds_contact_numbers,
-    is_text_type,
-)
+from pipeline.checks.pii_numbers import holds_contact_numbers
+from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
 from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.store.bounded_read import (

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.checks import pii, pii_scan
+from pipeline.checks import pii, pii_numbers, pii_scan
 from pipeline.core.config import Settings
 
 PII_COLUMNS: dict[str, tuple[str, list[str]]] = {
@@ -148,6 +148,9 @@ def test_number_columns_are_scanned_only_when_named_for_contact_numbers(
         ("Cell Phone", True),
         ("fax", True),
         ("creditCardNumber", True),
+        ("contact_number", True),
+        ("Contact No", True),
+        ("contact_id", False),
         ("ssn", True),
         ("ClassName", False),
         ("hotel", False),
@@ -159,7 +162,7 @@ def test_number_columns_are_scanned_only_when_named_for_contact_numbers(
     ],
 )
 def test_which_number_columns_hold_contact_numbers(name: str, scanned: bool) -> None:
-    assert pii_scan.holds_contact_numbers(name) is scanned
+    assert pii_numbers.holds_contact_numbers(name) is scanned
 
 
 def test_columns_argument_limits_the_scan(settings: Settings) -> None:

@@ -1,0 +1,80 @@
+"""Which number columns the PII scan reads, and how: phone or card numbers written as numbers.
+
+A number column is scanned only when its name says it holds contact or payment numbers
+(`holds_contact_numbers`): a bare number of 8 digits or more is a valid phone number for some
+region as often as not (85 % of epoch-second timestamps, 90 % of 10-digit ids), so scanning every
+number column would refuse most clean files, as a free-text "ticket 1234567890" already is. Its
+whole values of 8 digits or more (`long_numbers`) then meet the text pre-filter as the text of
+their digits.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.checks import pii
+
+# A phone number has at least `pii.PHONE_MIN_DIGITS` (8) digits and every other entity a bare
+# number can be (a card, an SSN) more: a number below this holds none.
+LONG_NUMBER = 10 ** (pii.PHONE_MIN_DIGITS - 1)
+
+# Column names that say a number column holds phone, card or account numbers: whole words of the
+# name (snake_case, kebab-case, camelCase and spaces split it), or these inside a word.
+_CONTACT_WORDS = frozenset(
+    {
+        "phone",
+        "phones",
+        "tel",
+        "telephone",
+        "mobile",
+        "cell",
+        "fax",
+        "msisdn",
+        "whatsapp",
+        "card",
+        "cc",
+        "ccn",
+        "pan",
+        "ssn",
+    }
+)
+_CONTACT_PARTS = (
+    "phone",
+    "mobile",
+    "msisdn",
+    "whatsapp",
+    "cardnumber",
+    "creditcard",
+    "contactnumber",
+    "contactno",
+)
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def holds_contact_numbers(name: str) -> bool:
+    """Whether a number column called `name` is scanned for PII (see the module doc)."""
+    words = {word.lower() for word in _WORD.findall(name)}
+    letters = "".join(character for character in name.lower() if character.isalnum())
+    return bool(words & _CONTACT_WORDS) or any(part in letters for part in _CONTACT_PARTS)
+
+
+def is_number_type(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The whole numbers of a number column with 8 digits or more, as the text of their digits
+    (what a phone or card number written as a number reads as); NaN, fractions and nulls drop."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    big = pc.greater_equal(column, LONG_NUMBER)
+    if not pa.types.is_unsigned_integer(column.type):
+        big = pc.or_(big, pc.less_equal(column, -LONG_NUMBER))
+    column = column.filter(big)  # NaN compares false and null masks drop: both leave
+    if pa.types.is_floating(column.type):
+        whole = pc.and_(pc.equal(pc.floor(column), column), pc.less(pc.abs(column), 2.0**63))
+        column = column.filter(whole).cast(pa.int64())  # float's own text would be 4.1e+09
+    return column.cast(pa.string())
