@@ -48,9 +48,9 @@ from pipeline.evaluation.metrics import (
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.bulk_preprocessing import BulkFeatures, bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
+from pipeline.rewards.anchored_passes import CHUNK_CELLS
 from pipeline.rewards.surrogate_fits import (
     ANCHOR_TOLERANCE,
-    CHUNK_CELLS,
     AtFullFit,
     LogisticPart,
     Moments,

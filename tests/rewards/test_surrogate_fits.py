@@ -102,7 +102,7 @@ def test_the_surrogate_takes_a_linear_estimators_own_penalty(
 def test_float32_passes_around_the_full_fit_land_where_float64_passes_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Binomial chord passes in float32 (`_Anchored`) keep float64's precision: every
+    """Binomial chord passes in float32 (`anchored_passes.Anchored`) keep float64's precision: every
     coalition's fit is the one float64 passes find, to the solver's tolerance, on data with
     one-hot columns (directions no row sees) and thousands of rows."""
     frame = pd.DataFrame(churn_rows(6000, seed=7)).rename(columns={"churned": "target"})
@@ -130,7 +130,7 @@ def test_float32_passes_around_the_full_fit_land_where_float64_passes_do(
         )
 
     anchored = fits()
-    monkeypatch.setattr(surrogate_fits._Anchored, "of", classmethod(lambda cls, *args: None))
+    monkeypatch.setattr(surrogate_fits.Anchored, "of", classmethod(lambda cls, *args: None))
     plain = fits()
     # Both stop within TOLERANCE of the fit; float32's sums left along the unseen directions
     # (about 5e-5 here) would be beyond.
