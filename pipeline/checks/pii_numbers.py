@@ -21,26 +21,10 @@ from pipeline.checks import pii
 # number can be (a card, an SSN) more: a number below this holds none.
 LONG_NUMBER = 10 ** (pii.PHONE_MIN_DIGITS - 1)
 
-# Column names that say a number column holds phone, card or account numbers: whole words of the
-# name (snake_case, kebab-case, camelCase and spaces split it), or these inside a word.
-_CONTACT_WORDS = frozenset(
-    {
-        "phone",
-        "phones",
-        "tel",
-        "telephone",
-        "mobile",
-        "cell",
-        "fax",
-        "msisdn",
-        "whatsapp",
-        "card",
-        "cc",
-        "ccn",
-        "pan",
-        "ssn",
-    }
-)
+# Column names that say a number column holds phone or card numbers: whole words of the name
+# (snake_case, kebab-case, camelCase and spaces split it), or parts of the name with its other
+# characters dropped (`contact_number` holds "contactnumber").
+_CONTACT_WORDS = frozenset({"tel", "cell", "fax", "card", "cc", "ccn", "pan", "ssn"})
 _CONTACT_PARTS = (
     "phone",
     "mobile",
