@@ -28,7 +28,9 @@ batches are beyond 5 % and the floor.
 Every fit and the valuation's own work run on one native thread per fit (BLAS and OpenMP), two
 fit threads. Cases whose one fit takes under `REPEAT_BELOW_SECONDS` are measured twice, fit and
 batches alike, and the better of the two kept; cases whose fit takes under a second
-`TIMES_BELOW_ONE_SECOND` times (the least kept): the fit is every ratio's yardstick.
+`TIMES_BELOW_ONE_SECOND` times (the least kept): the fit is every ratio's yardstick. The fit and
+the warm batches are timed in turn, one round after another, so both sides of a ratio see the
+same machine.
 
 The run must end within `--budget` seconds (default 540, under 10 minutes with start-up). Each
 estimator's smallest size runs first; then the case predicted cheapest (its fits, one fit grown
@@ -114,11 +116,6 @@ def run_case(
     repeats = 2 if fit_wall < REPEAT_BELOW_SECONDS else 1
     if fit_wall < 1.0:
         repeats = TIMES_BELOW_ONE_SECOND
-    for _ in range(repeats - 1):
-        fit_cpu, fit_wall, _ = min((fit_cpu, fit_wall, None), timed(lambda: scorer.predict(one)))
-    print(f"{prefix}_one_fit_cpu_seconds: {fit_cpu:.3f}")
-    print(f"{prefix}_one_fit_wall_seconds: {fit_wall:.3f}")
-    print(f"{prefix}_measured_times: {repeats} (the least kept)")
 
     def value(count: int, without: Any) -> Any:
         players = [Player(f"c{i}", contributions[i]) for i in range(count)]
@@ -126,12 +123,26 @@ def run_case(
             scorer, base, players, higher_is_better=True, settings=settings, without=without
         )
 
+    cold_cpu, cold_wall, cold = timed(lambda: value(1, None))
+    # The fit and the warm batches are timed in turn, round after round, so that a slow spell
+    # of the machine (or the allocator's state after the first rounds) weighs on both sides of
+    # every ratio: timed in blocks, the fit's least of seven moved 0.26-0.36 s between runs at
+    # 100,000 rows while the batch of one it divides stayed at 0.37 s.
+    fits = [(fit_cpu, fit_wall, None)]
+    runs: dict[int, list[tuple[float, float, Any]]] = {count: [] for count in batches}
+    for round_ in range(repeats):
+        if round_:
+            fits.append(timed(lambda: scorer.predict(one)))
+        for count in batches:
+            runs[count].append(timed(partial(value, count, cold.without)))
+    fit_cpu, fit_wall, _ = min(fits, key=first)
+    print(f"{prefix}_one_fit_cpu_seconds: {fit_cpu:.3f}")
+    print(f"{prefix}_one_fit_wall_seconds: {fit_wall:.3f}")
+    print(f"{prefix}_measured_times: {repeats} (the least kept, fit and batches in turn)")
+    report(f"{prefix}_batch_1_cold", cold_cpu, cold_wall, cold, fit_cpu)
     ratios: dict[str, float] = {"fit_wall": fit_wall}
-    cpu, wall, cold = timed(lambda: value(1, None))
-    report(f"{prefix}_batch_1_cold", cpu, wall, cold, fit_cpu)
     for count in batches:
-        runs = [timed(partial(value, count, cold.without)) for _ in range(repeats)]
-        cpu, wall, warm = min(runs, key=first)
+        cpu, wall, warm = min(runs[count], key=first)
         report(f"{prefix}_batch_{count}_warm", cpu, wall, warm, fit_cpu)
         ratios[str(count)] = cpu / fit_cpu
     return ratios
