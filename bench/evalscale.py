@@ -128,7 +128,7 @@ def run_case(
     # of the machine (or the allocator's state after the first rounds) weighs on both sides of
     # every ratio: timed in blocks, the fit's least of seven moved 0.26-0.36 s between runs at
     # 100,000 rows while the batch of one it divides stayed at 0.37 s.
-    fits = [(fit_cpu, fit_wall, None)]
+    fits: list[tuple[float, float, Any]] = [(fit_cpu, fit_wall, None)]
     runs: dict[int, list[tuple[float, float, Any]]] = {count: [] for count in batches}
     for round_ in range(repeats):
         if round_:
