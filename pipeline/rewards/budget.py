@@ -51,6 +51,7 @@ from pipeline.core.tables import (
     ValuationTry,
     ValuationTryIdentity,
 )
+from pipeline.rewards.manifest_sources import resolve_manifest
 from pipeline.rewards.manifests import recipients
 from pipeline.rewards.valuation import BatchValuation
 
@@ -250,8 +251,6 @@ def standing_of(session: Session, model_id: int, supplier: Supplier) -> Standing
 
 def suppliers_of(svc: Services, keys: Sequence[str]) -> list[Supplier]:
     """Each contribution's submitter and the wallets its manifest pays (none when unusable)."""
-    from pipeline.rewards.payouts import resolve_manifest
-
     suppliers = []
     for key in keys:
         with svc.db.session() as session:

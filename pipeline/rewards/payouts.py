@@ -9,7 +9,8 @@ first. The manifest splits each payment between wallets; the ledger rows of the 
 are written and the jobs move to `rewarded` in one transaction, with the model row locked so
 that concurrent payers see each other's payments. Payment is idempotent per evaluation
 (ledger rows are unique per evaluation and wallet). The manifest is the one stored with the
-version, else a `manifest.json` beside it in the store, else the submitter's stored one;
+version, else a `manifest.json` beside it in the store, else the submitter's stored one
+(`pipeline.rewards.manifest_sources`);
 without a usable one the job is `rewarded` and nothing is paid. The reads of the ledger are in
 `pipeline.rewards.ledger`.
 
@@ -28,12 +29,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.core.db import Database
-from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import (
     EVALUATING,
     REWARDED,
     Contribution,
-    ContributorProfile,
     DatasetVersion,
     Evaluation,
     Model,
@@ -49,13 +48,8 @@ from pipeline.rewards.formula import (
     split_reward,
     to_checksum_address,
 )
-from pipeline.rewards.manifests import (
-    MANIFEST_FILENAME,
-    InvalidManifest,
-    parse_manifest,
-    read_version_manifest,
-    recipients,
-)
+from pipeline.rewards.manifest_sources import resolve_manifest
+from pipeline.rewards.manifests import recipients
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -421,39 +415,3 @@ def _clamp(value: Any) -> float:
 def canonical_wallet(address: str) -> str:
     """The EIP-55 spelling: the ledger stores and looks wallets up in one spelling."""
     return to_checksum_address(address)
-
-
-def resolve_manifest(svc: Services, job: Contribution, dv: DatasetVersion) -> tuple[Any, str, str]:
-    """(manifest, source, problem): the version's own manifest, else the submitter's stored one.
-
-    A manifest stored with the version wins even when it is invalid (then nothing is paid, and
-    the problem says why): paying the submitter's default wallet instead could pay the wrong
-    party of a multi-contributor dataset.
-    """
-    data: dict[str, Any] | None = dv.manifest
-    source = "dataset version"
-    if data is None:
-        source = MANIFEST_FILENAME
-        try:
-            data = read_version_manifest(svc.store, dv.model_id, dv.version)
-        except InvalidManifest as exc:
-            problems = "; ".join(str(problem) for problem in exc.problems)
-            return None, source, f"the {source} manifest is invalid: {problems}"
-    if data is None:
-        with svc.db.session() as session:
-            profile = session.get(ContributorProfile, job.submitter_id)
-            data = profile.manifest if profile else None
-        source = "contributor profile"
-    if data is None:
-        return (
-            None,
-            "",
-            (
-                "no contributor manifest: none came with the contribution and the submitter "
-                "has none stored (PUT /api/contributors/me)"
-            ),
-        )
-    try:
-        return parse_manifest(data), source, ""
-    except InvalidInput as exc:
-        return None, source, f"the {source} manifest is invalid: {exc.detail}"
