@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import combinations
 from typing import Any
 
@@ -27,6 +28,7 @@ from joblib import Parallel, delayed
 from scipy.stats import spearmanr
 
 from bench._binned_surrogate import BinnedSurrogateGame, StandInGame
+from bench._knn_surrogate import KNN_GAMES
 from bench._tree_surrogate import TreeSurrogateGame
 from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_score
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
@@ -175,8 +177,9 @@ def surrogate_games(
     names: Sequence[str],
 ) -> dict[str, Any]:
     """The games of `names` a forest's split is measured with: the linear stand-in, the binned
-    one (bench/_binned_surrogate.py), and the tree surrogate of bench/_tree_surrogate.py in two
-    variants ("tree", "tree, parent")."""
+    one (bench/_binned_surrogate.py), the tree surrogate of bench/_tree_surrogate.py in two
+    variants ("tree", "tree, parent") and the nearest-neighbour games of
+    bench/_knn_surrogate.py."""
     frames = [p.frame for p in players]
     options: dict[str, Any] = {"higher_is_better": higher_is_better}
     makers: dict[str, Callable[[], Any]] = {
@@ -190,6 +193,7 @@ def surrogate_games(
         "tree, parent": lambda: TreeSurrogateGame(
             scorer, base, frames, bootstrap=False, parent=True, **options
         ),
+        **{name: partial(knn, scorer, base, frames, **options) for name, knn in KNN_GAMES.items()},
     }
     return {name: makers[name]() for name in names}
 

@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,7 @@ from scipy.stats import spearmanr
 
 from bench._binned_surrogate import BinnedSurrogateGame, StandInGame, playing
 from bench._expected_game import forest_scenario
+from bench._knn_surrogate import KNN_GAMES
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
@@ -56,11 +57,14 @@ from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings
 NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
 # The surrogates a tree estimator's split is measured with (`--surrogates`): the valuation's
 # linear stand-in and the binned one (bench/_binned_surrogate.py); "tree" and "tree, parent"
-# (bench/_tree_surrogate.py) for random forests only.
-SURROGATES = ("stand-in", "binned", "tree", "tree, parent")
+# (bench/_tree_surrogate.py) for random forests only; the nearest-neighbour games
+# (bench/_knn_surrogate.py).
+SURROGATES = ("stand-in", "binned", "tree", "tree, parent", *KNN_GAMES)
 STAND_INS: dict[str, type[SurrogateGame]] = {
     "stand-in": StandInGame,
     "binned": BinnedSurrogateGame,
+    # Not SurrogateGames, but played as one (`playing`): the same constructor, value, prepare.
+    **cast(dict[str, type[SurrogateGame]], KNN_GAMES),
 }
 # The valuation's own surrogate, unnamed (linear estimators: it is the estimator's objective).
 DEPLOYED: dict[str, type[SurrogateGame] | None] = {"": None}
