@@ -235,7 +235,14 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
 
     for family in args.families:
         table = measure(
-            FAMILIES[family], [2, 4, 6], args.seeds, engine, args.datasets, show, args.surrogates
+            FAMILIES[family],
+            [2, 4, 6],
+            args.seeds,
+            engine,
+            args.datasets,
+            show,
+            args.surrogates,
+            args.first_seed,
         )
         # A random forest's rows are one per surrogate ("random_forest_classifier, tree"): each
         # gets its own summary.
@@ -259,6 +266,7 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
                 show,
                 family=family,
                 surrogates=args.surrogates,
+                first_seed=args.first_seed,
             )
             if family == "linear":
                 summarise("scale", table)  # the name it always had
@@ -288,6 +296,9 @@ def main() -> None:
     parser.add_argument("--bench-rows", type=int, default=10_000, help="benchmark rows")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for the run")
     parser.add_argument("--seeds", type=int, default=3, help="faithfulness scenarios per cell")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="first faithfulness scenario seed (both tables)"
+    )
     parser.add_argument(
         "--scale-accepted",
         default="10000,100000",
@@ -319,7 +330,7 @@ def main() -> None:
         "--surrogates",
         default=",".join(SURROGATES).replace(", ", "-"),
         help="surrogates measured for boosting and forest references: stand-in, binned, "
-        "tree, tree-parent (forest only)",
+        "tree, tree-parent (forest only), replay, replay-parent, replay-pooled (boosting only)",
     )
     parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators to time")
     args = parser.parse_args()
@@ -328,7 +339,10 @@ def main() -> None:
     args.estimators = args.estimators.split(",")
     args.families = [f for f in args.families.split(",") if f]
     args.scale_families = args.scale_families.split(",")
-    args.surrogates = [name.replace("-parent", ", parent") for name in args.surrogates.split(",")]
+    args.surrogates = [
+        name.replace("-parent", ", parent").replace("-pooled", ", pooled")
+        for name in args.surrogates.split(",")
+    ]
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
     # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).
