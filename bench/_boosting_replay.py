@@ -1,5 +1,7 @@
 """Shared by bench/_faithfulness.py: a fixed-structure boosting replay for HistGradientBoosting,
-measured beside the linear stand-in of `pipeline.rewards.surrogate` (docs/valuation-scale.md §5).
+measured beside the linear stand-in of `pipeline.rewards.surrogate`. Not wired into the
+valuation: it is not clearly closer to HistGradientBoosting's game than the stand-in, and a
+batch of 16 costs about 27 plain fits with it (docs/valuation-scale.md §5).
 
 The model's pipeline (its recipe, its seed) is fitted once on the accepted rows and the whole
 batch. Its trees' structures (splits) are kept, and every row's leaf in every tree is computed

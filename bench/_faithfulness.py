@@ -16,7 +16,8 @@ seeded. Figures per scenario:
 
 Reference estimators come by family (`FAMILIES`): linear (logistic regression; linear
 regression for diabetes), for which the surrogate is the estimator's own objective;
-HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in; and random forest
+HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in (and, measured
+beside it, the boosting replays of bench/_boosting_replay.py); and random forest
 (30 trees), whose one-seed game is mostly its seed's noise at these sizes: its reference is
 exact Shapley of the forest's expected game (averaged over `FOREST_SEEDS` seeds), its floor the
 same over other seeds, and the split of the stand-in and of a tree surrogate are both measured

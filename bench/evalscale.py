@@ -17,13 +17,14 @@ faithfulness table (bench/_faithfulness.py): the surrogate's shares against exac
 the estimator, on real data, batches of 2 to 6, with the floor (the estimator against its own
 perturbed self); `--families linear,boosting,forest` adds HistGradientBoosting and random forest
 references (the forest's is its game averaged over seeds, a few minutes more), each measured
-with the surrogates of `--surrogates` (the linear stand-in, the binned one, and for forests two
-tree surrogates); then the same at scale (`--scale-accepted`, `measure_scale`: 10,000 and
-100,000 accepted demo churn rows, contributions of 1,000 rows, the surrogate as deployed with its
-accepted sample; `--scale-families` adds HistGradientBoosting and a one-seed forest). Per family
-(and surrogate; `scale` for logistic regression at scale) it prints the largest share error in
-% of the pool, the lowest Spearman, whether the goal (≤ 5 %, ≥ 0.9) is met and how many paid
-batches are beyond 5 % and the floor.
+with the surrogates of `--surrogates` (the linear stand-in, the binned one, for forests two
+tree surrogates, for HistGradientBoosting three boosting replays); `--first-seed` picks the
+scenarios' seeds (both tables); then the same at scale (`--scale-accepted`, `measure_scale`:
+10,000 and 100,000 accepted demo churn rows, contributions of 1,000 rows, the surrogate as
+deployed with its accepted sample; `--scale-families` adds HistGradientBoosting and a one-seed
+forest). Per family (and surrogate; `scale` for logistic regression at scale) it prints the
+largest share error in % of the pool, the lowest Spearman, whether the goal (≤ 5 %, ≥ 0.9) is
+met and how many paid batches are beyond 5 % and the floor.
 
 Every fit and the valuation's own work run on one native thread per fit (BLAS and OpenMP), two
 fit threads. Cases whose one fit takes under `REPEAT_BELOW_SECONDS` are measured twice, fit and
