@@ -124,8 +124,9 @@ def binned(bins: int = BINS, penalty: float = PENALTY, keep_value: bool = False)
 
 
 @contextmanager
-def playing(game: type[SurrogateGame]) -> Iterator[None]:
-    """`value_batch` splits large batches with `game` instead of the valuation's own surrogate
-    (for the bench only: the valuation has no such setting)."""
+def playing(game: type[Any]) -> Iterator[None]:
+    """`value_batch` splits large batches with `game` (a class built as `SurrogateGame` is)
+    instead of the valuation's own surrogate (for the bench only: the valuation has no such
+    setting)."""
     with mock.patch.object(valuation, "SurrogateGame", game):
         yield

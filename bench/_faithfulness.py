@@ -16,7 +16,8 @@ seeded. Figures per scenario:
 
 Reference estimators come by family (`FAMILIES`): linear (logistic regression; linear
 regression for diabetes), for which the surrogate is the estimator's own objective;
-HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in; and random forest
+HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in (and, measured
+beside it, the boosting replays of bench/_boosting_replay.py); and random forest
 (30 trees), whose one-seed game is mostly its seed's noise at these sizes: its reference is
 exact Shapley of the forest's expected game (averaged over `FOREST_SEEDS` seeds), its floor the
 same over other seeds, and the split of the stand-in and of a tree surrogate are both measured
@@ -39,35 +40,41 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
 from bench._binned_surrogate import BinnedSurrogateGame, StandInGame, playing
+from bench._boosting_replay import replay
 from bench._expected_game import forest_scenario
 from bench._knn_surrogate import KNN_GAMES
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
-from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
 # The surrogates a tree estimator's split is measured with (`--surrogates`): the valuation's
 # linear stand-in and the binned one (bench/_binned_surrogate.py); "tree" and "tree, parent"
-# (bench/_tree_surrogate.py) for random forests only; the nearest-neighbour games
-# (bench/_knn_surrogate.py).
-SURROGATES = ("stand-in", "binned", "tree", "tree, parent", *KNN_GAMES)
-STAND_INS: dict[str, type[SurrogateGame]] = {
+# (bench/_tree_surrogate.py) for random forests only; "replay", "replay, parent" and "replay,
+# pooled" (bench/_boosting_replay.py) for HistGradientBoosting only; the nearest-neighbour games
+# (bench/_knn_surrogate.py). The replays and the nearest-neighbour games are measured when
+# `--surrogates` names them (measured negatives, dear to run).
+SURROGATES = ("stand-in", "binned", "tree", "tree, parent")
+REPLAYS = ("replay", "replay, parent", "replay, pooled")
+STAND_INS: dict[str, type[Any]] = {
     "stand-in": StandInGame,
     "binned": BinnedSurrogateGame,
+    "replay": replay("zero"),
+    "replay, parent": replay("parent"),
+    "replay, pooled": replay("pooled"),
     # Not SurrogateGames, but played as one (`playing`): the same constructor, value, prepare.
-    **cast(dict[str, type[SurrogateGame]], KNN_GAMES),
+    **KNN_GAMES,
 }
 # The valuation's own surrogate, unnamed (linear estimators: it is the estimator's objective).
-DEPLOYED: dict[str, type[SurrogateGame] | None] = {"": None}
+DEPLOYED: dict[str, type[Any] | None] = {"": None}
 # Forests averaged per coalition in a random forest's expected game (bench/_expected_game.py).
 FOREST_SEEDS = 8
 
@@ -214,6 +221,7 @@ def measure_forest(
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
     surrogates: Sequence[str] = SURROGATES,
+    first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """`measure` for a random forest: the reference is exact Shapley of the forest's expected
     game over `FOREST_SEEDS` seeds, the floor the same over as many other seeds
@@ -224,7 +232,7 @@ def measure_forest(
             continue
         for players in sizes:
             found: dict[str, list[tuple[float, float]]] = {}
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 scorer, base, contributions = scenario(data, players, 1000 * players + seed)
                 hib = data.metric != "rmse"
                 measured = forest_scenario(
@@ -285,7 +293,7 @@ def compared(
     seed: int,
     *,
     higher_is_better: bool,
-    games: Mapping[str, type[SurrogateGame] | None] = DEPLOYED,
+    games: Mapping[str, type[Any] | None] = DEPLOYED,
 ) -> tuple[dict[str, tuple[float, float]], float] | None:
     """Each surrogate's (share error % of pool, Spearman) and the floor's error for one batch,
     or None when the reference pays nothing: the surrogates (`cheap`, the valuation's own for
@@ -315,6 +323,7 @@ def measure_scale(
     max_base_rows: int = ValuationSettings.surrogate_max_base_rows,
     family: str = "linear",
     surrogates: Sequence[str] = SURROGATES,
+    first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """`measure`'s rows for `scale_scenario`: the surrogate as deployed (its accepted sample
     included) against exact Shapley with the family's classifier (logistic regression by
@@ -330,7 +339,7 @@ def measure_scale(
     for accepted in accepted_sizes:
         for players in sizes:
             batches = []
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 scenario_ = scale_scenario(accepted, players, 10 * players + seed, estimator)
                 found = compared(
                     *scenario_, exact, deployed, seed, higher_is_better=True, games=games
@@ -346,14 +355,16 @@ def measure_scale(
     return table
 
 
-def _games(
-    estimator: str | Recipe, surrogates: Sequence[str]
-) -> Mapping[str, type[SurrogateGame] | None]:
+def _games(estimator: str | Recipe, surrogates: Sequence[str]) -> Mapping[str, type[Any] | None]:
     """The valuation's own surrogate for a linear estimator (its objective), else the
-    stand-ins of `surrogates` by name."""
-    if as_recipe(estimator).estimator in ("logistic_regression", "linear_regression"):
+    stand-ins of `surrogates` by name (the replays for HistGradientBoosting only)."""
+    name = as_recipe(estimator).estimator
+    if name in ("logistic_regression", "linear_regression"):
         return DEPLOYED
-    return {name: STAND_INS[name] for name in surrogates if name in STAND_INS}
+    boosting = name.startswith("hist_gradient_boosting")
+    return {
+        s: STAND_INS[s] for s in surrogates if s in STAND_INS and (boosting or s not in REPLAYS)
+    }
 
 
 def _rows(
@@ -419,15 +430,17 @@ def measure(
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
     surrogates: Sequence[str] = SURROGATES,
+    first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per (data set, batch size): scenarios paid, worst and median error, Spearman,
     and the floor (the reference against its perturbed self, `perturbed`). For estimators
     the valuation gives a stand-in (not linear), one row per surrogate of `surrogates`
     (`STAND_INS`); a random forest's rows come from `measure_forest` instead.
 
-    `only`: comma-separated data set names (default: all); `on_row` sees each row when done."""
+    `only`: comma-separated data set names (default: all); `on_row` sees each row when done;
+    the scenarios' seeds are `first_seed` to `first_seed + seeds - 1`."""
     if as_recipe(estimators["classification"]).estimator.startswith("random_forest"):
-        return measure_forest(estimators, sizes, seeds, only, on_row, surrogates)
+        return measure_forest(estimators, sizes, seeds, only, on_row, surrogates, first_seed)
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
     games = _games(estimators["classification"], surrogates)
@@ -437,7 +450,7 @@ def measure(
             continue
         for players in sizes:
             batches = []
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 batch = compared(
                     *scenario(data, players, 1000 * players + seed),
                     exact,

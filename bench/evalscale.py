@@ -17,13 +17,15 @@ faithfulness table (bench/_faithfulness.py): the surrogate's shares against exac
 the estimator, on real data, batches of 2 to 6, with the floor (the estimator against its own
 perturbed self); `--families linear,boosting,forest` adds HistGradientBoosting and random forest
 references (the forest's is its game averaged over seeds, a few minutes more), each measured
-with the surrogates of `--surrogates` (the linear stand-in, the binned one, two nearest-neighbour
-games, and for forests two tree surrogates); then the same at scale (`--scale-accepted`,
-`measure_scale`: 10,000 and 100,000 accepted demo churn rows, contributions of 1,000 rows, the
-surrogate as deployed with its accepted sample; `--scale-families` adds HistGradientBoosting and
-a one-seed forest). Per family (and surrogate; `scale` for logistic regression at scale) it
-prints the largest share error in % of the pool, the lowest Spearman, whether the goal (≤ 5 %,
-≥ 0.9) is met and how many paid batches are beyond 5 % and the floor.
+with the surrogates of `--surrogates` (the linear stand-in, the binned one, for forests two
+tree surrogates; named, for HistGradientBoosting three boosting replays and two
+nearest-neighbour games); `--first-seed` picks the scenarios' seeds (both tables); then the same
+at scale (`--scale-accepted`, `measure_scale`: 10,000 and 100,000 accepted demo churn rows,
+contributions of 1,000 rows, the surrogate as deployed with its accepted sample;
+`--scale-families` adds HistGradientBoosting and a one-seed forest). Per family (and surrogate;
+`scale` for logistic regression at scale) it prints the largest share error in % of the pool,
+the lowest Spearman, whether the goal (≤ 5 %, ≥ 0.9) is met and how many paid batches are
+beyond 5 % and the floor.
 
 Every fit and the valuation's own work run on one native thread per fit (BLAS and OpenMP), two
 fit threads. Cases whose one fit takes under `REPEAT_BELOW_SECONDS` are measured twice, fit and
@@ -246,7 +248,14 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
 
     for family in args.families:
         table = measure(
-            FAMILIES[family], [2, 4, 6], args.seeds, engine, args.datasets, show, args.surrogates
+            FAMILIES[family],
+            [2, 4, 6],
+            args.seeds,
+            engine,
+            args.datasets,
+            show,
+            args.surrogates,
+            args.first_seed,
         )
         # A random forest's rows are one per surrogate ("random_forest_classifier, tree"): each
         # gets its own summary.
@@ -270,6 +279,7 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
                 show,
                 family=family,
                 surrogates=args.surrogates,
+                first_seed=args.first_seed,
             )
             if family == "linear":
                 summarise("scale", table)  # the name it always had
@@ -299,6 +309,9 @@ def main() -> None:
     parser.add_argument("--bench-rows", type=int, default=10_000, help="benchmark rows")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for the run")
     parser.add_argument("--seeds", type=int, default=3, help="faithfulness scenarios per cell")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="first faithfulness scenario seed (both tables)"
+    )
     parser.add_argument(
         "--scale-accepted",
         default="10000,100000",
@@ -330,7 +343,8 @@ def main() -> None:
         "--surrogates",
         default=",".join(SURROGATES).replace(", ", "-"),
         help="surrogates measured for boosting and forest references: stand-in, binned, "
-        "tree, tree-parent (forest only), knn, knn-proximity",
+        "tree, tree-parent (forest only), replay, replay-parent, replay-pooled (boosting only), "
+        "knn, knn-proximity",
     )
     parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators to time")
     args = parser.parse_args()
@@ -339,7 +353,10 @@ def main() -> None:
     args.estimators = args.estimators.split(",")
     args.families = [f for f in args.families.split(",") if f]
     args.scale_families = args.scale_families.split(",")
-    args.surrogates = [name.replace("-parent", ", parent") for name in args.surrogates.split(",")]
+    args.surrogates = [
+        name.replace("-parent", ", parent").replace("-pooled", ", pooled")
+        for name in args.surrogates.split(",")
+    ]
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
     # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).
