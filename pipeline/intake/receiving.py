@@ -25,6 +25,7 @@ from pathlib import Path
 from pipeline.checks.benchmark_fingerprints import BatchSource
 from pipeline.core.config import Settings
 from pipeline.core.errors import DomainError, InvalidInput, PayloadTooLarge
+from pipeline.core.process_memory import release_free_memory
 from pipeline.core.tempfiles import locked_temp_dir
 from pipeline.core.writeback import start_writeback
 from pipeline.intake.profiles import (
@@ -292,6 +293,7 @@ class DatasetIntake:
         if self._dir_lock is not None:
             os.close(self._dir_lock)
             self._dir_lock = None
+            release_free_memory()  # what the upload's buffers freed, back to the system
 
     def _head_complete(self) -> bool:
         if len(self._head) >= MAX_HEAD_BYTES:

@@ -30,7 +30,11 @@ from pipeline.checks.benchmark_fingerprints import BatchSource
 from pipeline.intake.streamed_fingerprints import FingerprintCancelled
 from pipeline.store.dataset_batches import CsvSource, RetypeColumns
 
-RELAY_BATCHES = 16
+# Both threads work in bursts (the checks' PII pre-filter every 4 MiB of a text column, the job's
+# sort of each 256 Ki keys): with 16 batches (4 MiB of CSV) the checks often waited for the job
+# and ended 2-4 s after an upload's last byte; with 64 (16 MiB) about 1 s earlier (bench/upload.py,
+# docs/benchmarks.md), for about 10 MB more peak RSS.
+RELAY_BATCHES = 64
 
 
 class BatchRelay:

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from pipeline.models.estimators import Recipe, estimator_params
 from pipeline.rewards.anchored_passes import CHUNK_CELLS, Anchored
@@ -392,6 +391,10 @@ def _chord_inverses(
             continue
         except np.linalg.LinAlgError:
             pass
+        # Imported here: SciPy's linear algebra adds about 20 MB to the RSS of every process
+        # that imports this module (the API's, through `valuation_view`), which never fits.
+        from scipy.linalg import cho_factor, cho_solve
+
         for row, i in enumerate(ids):
             try:
                 inverses[i] = cho_solve(cho_factor(stacked[row]), np.eye(size))

@@ -23,8 +23,14 @@ class _Libc:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
 
+        self.trims: list[int] = []
+
     def mallopt(self, option: int, value: int) -> int:
         self.calls.append((option, value))
+        return 1
+
+    def malloc_trim(self, pad: int) -> int:
+        self.trims.append(pad)
         return 1
 
 
@@ -76,3 +82,13 @@ def test_create_app_applies_them_before_serving(
         assert pa.default_memory_pool().backend_name == "system"
     finally:
         app.state.db.dispose()
+
+
+def test_free_memory_goes_back_to_the_system_after_an_upload(libc: _Libc, tmp_path: Any) -> None:
+    from pipeline.intake.receiving import DatasetIntake
+
+    with DatasetIntake(tmp_path, max_bytes=1024, pii=None) as intake:
+        intake.write(b"a,b\n1,2\n")
+        intake.finish()
+        assert libc.trims == []
+    assert libc.trims == [0]  # all free pages, none kept at the heaps' tops
