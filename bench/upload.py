@@ -17,6 +17,10 @@ while the bytes arrive, Presidio on the candidates after the last byte) and fing
 in a second thread while they arrive; the same scan is repeated in-process for its figures. The
 server's peak RSS is its VmHWM (Linux, own server or --server-pid).
 
+The baseline and the upload are measured `--rounds` times (3), in turn, and the least of each
+kept: on a quiet machine either moved by 0.5-1 s from one run to the next. The peak RSS is over
+every round.
+
 Prints `figure: value` lines and, last, `ratio: X` = upload seconds ÷ baseline seconds
 (goals: ratio ≤ 1.5, server peak RSS < 400 MB).
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -147,6 +152,23 @@ def baseline_seconds(path: Path, columns: list[str]) -> tuple[float, float, floa
     return hashed - started, read_typed - hashed, time.perf_counter() - read_typed
 
 
+def fresh_baseline(path: Path, columns: list[str]) -> tuple[float, float, float, float]:
+    """`baseline_seconds` as a fresh process's first read (a new interpreter per call), and the
+    typed read's seconds when the same process reads the file again.
+
+    The second read takes a third of the first: Arrow's memory pool then reuses the pages the
+    first read faulted in. The server cannot keep pages like that (its peak RSS goal; a 480 MiB
+    upload's buffers are returned after it), so the baseline is the first read, as it was
+    before there were rounds; the second is printed for what it says."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_first_and_second_read, (path, columns))
+
+
+def _first_and_second_read(path: Path, columns: list[str]) -> tuple[float, float, float, float]:
+    hash_s, typed_s, text_s = baseline_seconds(path, columns)
+    return hash_s, typed_s, text_s, baseline_seconds(path, columns)[1]
+
+
 def multipart(path: Path, fields: dict[str, str]) -> tuple[str, int, Iterator[bytes]]:
     """(content type, content length, body chunks) of a form with the file streamed last."""
     boundary = uuid.uuid4().hex
@@ -248,15 +270,35 @@ def run(
     warm = tmp / "warmup.csv"
     generate_csv(warm, 64 * 1024)
     url = f"{base_url}/api/v1/benchmarks/upload/{args.model_id}"
+    timings: list[tuple[float, float, float, float]] = []  # hash, typed, text, upload
+    second_reads: list[float] = []
     with httpx.Client(timeout=httpx.Timeout(600, connect=10)) as client:
         upload(client, url, key, warm)
-        hash_s, typed_s, text_s = baseline_seconds(path, [TARGET, *FEATURES, TEXT])
-        server_cpu = cpu_seconds(pid)
-        client_cpu = time.process_time()
-        upload_s, result = upload(client, url, key, path)
-        client_cpu = time.process_time() - client_cpu
-        server_after = cpu_seconds(pid)
-        server_cpu = server_after - server_cpu if server_cpu is not None and server_after else None
+        server_cpu: float | None = None
+        for round_ in range(1, args.rounds + 1):
+            hash_s, typed_s, text_s, again_s = fresh_baseline(path, [TARGET, *FEATURES, TEXT])
+            before = cpu_seconds(pid)
+            client_cpu = time.process_time()
+            upload_s, result = upload(client, url, key, path)
+            client_cpu = time.process_time() - client_cpu
+            after = cpu_seconds(pid)
+            print(
+                f"round_{round_}: baseline {hash_s + typed_s:.2f} s, upload {upload_s:.2f} s, "
+                f"ratio {upload_s / (hash_s + typed_s):.2f}"
+            )
+            if not timings or upload_s < min(t[3] for t in timings):
+                # The server's CPU and the client's of the upload whose time is reported.
+                server_cpu = after - before if before is not None and after else None
+                upload_client_cpu = client_cpu
+            timings.append((hash_s, typed_s, text_s, upload_s))
+            second_reads.append(again_s)
+    # The least of each side over the rounds (baseline and upload in turn): a single run of
+    # either moved by 0.5-1 s from run to run on a quiet machine, the baseline as much as the
+    # upload.
+    hash_s, typed_s, text_s = (min(t[i] for t in timings) for i in range(3))
+    hash_s, typed_s = min(((t[0], t[1]) for t in timings), key=sum)
+    upload_s = min(t[3] for t in timings)
+    client_cpu = upload_client_cpu
     with path.open("rb") as fh:
         expected = hashlib.file_digest(fh, "sha256").hexdigest()
     if result["sha256_hash"] != expected or result["file_size_bytes"] != size:
@@ -276,6 +318,10 @@ def run(
     print(f"baseline_sha256_seconds: {hash_s:.2f}")
     print(f"baseline_read_typed_seconds: {typed_s:.2f}")
     print(f"baseline_read_text_seconds: {text_s:.2f}")
+    print(
+        f"baseline_read_typed_again_seconds: {min(second_reads):.2f} "
+        "(the same process's second read)"
+    )
     print(f"baseline_seconds: {baseline:.2f}")
     print(f"baseline_strict_seconds: {strict:.2f}")
     print(f"upload_seconds: {upload_s:.2f}")
@@ -303,6 +349,9 @@ def main() -> None:
     parser.add_argument("--server-pid", type=int, help="the --url server's pid, for peak RSS")
     parser.add_argument("--model-id", type=int, default=1)
     parser.add_argument("--size-mb", type=float, default=480.0)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="baseline and upload, in turn; the least of each"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mk-bench-upload-") as tmp:
         if args.url:
