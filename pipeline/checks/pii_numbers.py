@@ -46,12 +46,16 @@ def holds_contact_numbers(name: str) -> bool:
 
 
 def is_number_type(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+    """Integers, floats and decimals (Parquet's exact numbers: a phone column may be one)."""
+    return bool(
+        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+    )
 
 
 def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The whole numbers of a number column with 8 digits or more, as the text of their digits
-    (what a phone or card number written as a number reads as); NaN, fractions and nulls drop."""
+    (what a phone or card number written as a number reads as); NaN, fractions and nulls drop.
+    Floats and decimals count when whole ("4155550123.0" is the number 4155550123)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     big = pc.greater_equal(column, LONG_NUMBER)
@@ -61,4 +65,17 @@ def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_floating(column.type):
         whole = pc.and_(pc.equal(pc.floor(column), column), pc.less(pc.abs(column), 2.0**63))
         column = column.filter(whole).cast(pa.int64())  # float's own text would be 4.1e+09
+    elif pa.types.is_decimal(column.type):
+        # A whole decimal's own text keeps its scale ("4155550123.00"); at scale 0 it is the
+        # digits alone, and exact however many there are.
+        kind = column.type
+        column = column.filter(pc.equal(pc.floor(column), column))
+        column = column.cast(_scale_zero(kind))
     return column.cast(pa.string())
+
+
+def _scale_zero(kind: pa.DataType) -> pa.DataType:
+    """The decimal type of `kind`'s width and precision with no digits after the point."""
+    if pa.types.is_decimal256(kind):
+        return pa.decimal256(kind.precision, 0)
+    return pa.decimal128(kind.precision, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,28 @@ def test_number_columns_are_scanned_only_when_named_for_contact_numbers(
     }
     # Numbers under 8 digits, NaN and 12.5 cannot hold PII: not scanned.
     assert report.scanned_values == 1 + 2 + 1
+
+
+def test_whole_decimals_of_a_contact_column_are_scanned_as_their_digits(
+    settings: Settings,
+) -> None:
+    # A decimal's own text keeps its scale ("4155550123.00"); the scan reads the digits, and
+    # fractions (an amount, not a number to call) stay out.
+    table = pa.table(
+        {
+            "phone": pa.array(
+                [Decimal("4155550123.00"), Decimal("3065551234.50"), None, Decimal("12.00")],
+                pa.decimal128(12, 2),
+            ),
+            "balance": pa.array([Decimal("4155550123.00")], pa.decimal128(12, 2)).take([0] * 4),
+        }
+    )
+
+    report = pii_scan.scan_table(table, settings)
+
+    assert report.scanned_columns == ("phone",)
+    assert report.findings == {"phone": {"PHONE_NUMBER": 1}}
+    assert report.scanned_values == 1
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -195,6 +196,21 @@ def test_phone_numbers_written_as_integers_in_the_last_rows_are_refused(
     response = upload(client, key_headers, data, f"bench.{file_format}")
 
     assert_refused(response, "mobilePhone", "PHONE_NUMBER", 3)
+    assert_nothing_stored(db, settings)
+
+
+def test_phone_numbers_in_a_parquet_decimal_column_are_refused(
+    client, key_headers, db, settings
+) -> None:
+    # Parquet's exact numbers: a phone column exported from a database's NUMERIC(12, 2).
+    rows = 20_000
+    phones: list[Decimal | None] = [None] * rows
+    phones[-2:] = [Decimal("4155550123.00"), Decimal("3065551234.00")]
+    table = churn_table(rows, contact_phone=pa.array(phones, pa.decimal128(12, 2)))
+
+    response = upload(client, key_headers, parquet_bytes(table, 5_000), "bench.parquet")
+
+    assert_refused(response, "contact_phone", "PHONE_NUMBER", 2)
     assert_nothing_stored(db, settings)
 
 
