@@ -23,14 +23,15 @@ than the model's `min_samples_leaf`: its deepest ancestor holding that many, els
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_samples
-from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
+from bench._prediction_game import PredictionGame
+from pipeline.evaluation.metrics import Predictions
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import build_estimator
 from pipeline.rewards.surrogate import stratified_sample
 
@@ -79,7 +80,7 @@ def _leaves(predictor: Any, x: np.ndarray, model: Any) -> np.ndarray:
     return indexer.predict(x, known, f_idx_map, 1).astype(np.intp)
 
 
-class BoostingReplayGame:
+class BoostingReplayGame(PredictionGame):
     """v(S) of the replayed boosting, in percent improvement (the module docstring)."""
 
     empty = "zero"
@@ -128,10 +129,7 @@ class BoostingReplayGame:
         self.l2 = float(model.l2_regularization)
         self.min_leaf = float(model.min_samples_leaf)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
-        self._values: dict[frozenset[int], float] = {}
-        self.score_without = self._score(frozenset())
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self._values[frozenset()] = 0.0
+        self._start()
 
     def _members(self, coalition: frozenset[int]) -> list[int]:
         return [i for i in (0, *(j + 1 for j in sorted(coalition))) if self.sizes[i]]
@@ -201,26 +199,7 @@ class BoostingReplayGame:
         if not self.classification:
             return Predictions(name, y_true, raw[:, 0])
         proba = self.loss.predict_proba(raw[:, 0] if self.k == 1 else raw)
-        if self.scorer.metric.uses_probabilities:
-            scores = _class_scores(self.scorer.classes, self.classes, proba)
-            return Predictions(name, y_true, scores, self.scorer.classes)
-        labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
-        return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
-
-    def _score(self, coalition: frozenset[int]) -> float:
-        predictions = self._predictions(coalition)
-        return float(metric_samples(predictions, np.ones((1, len(predictions.y_true))))[0])
-
-    def prepare(self, coalitions: Iterable[frozenset[int]]) -> None:
-        for coalition in coalitions:
-            self.value(coalition)
-
-    def value(self, coalition: frozenset[int]) -> float:
-        if coalition not in self._values:
-            gain = self._score(coalition) - self.score_without
-            sign = 1.0 if self.higher_is_better else -1.0
-            self._values[coalition] = sign * gain / self.denominator * 100.0
-        return self._values[coalition]
+        return self._class_predictions(proba)
 
 
 def replay(empty: str) -> type[BoostingReplayGame]:

@@ -25,27 +25,26 @@ neighbour of weight w fills w of the `k` places.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.spatial.distance import cdist
 
+from bench._prediction_game import PredictionGame
 from pipeline.evaluation.metrics import (
     Predictions,
-    improvement_denominator,
-    metric_samples,
     sorted_labels,
 )
-from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.surrogate import stratified_sample
 
 DISTANCES = ("euclidean", "importance", "proximity")
 
 
-class KnnSurrogateGame:
+class KnnSurrogateGame(PredictionGame):
     """v(S) of the `k` nearest coalition rows' predictions (module docstring)."""
 
     k = 10
@@ -99,10 +98,7 @@ class KnnSurrogateGame:
         self.row_weight = rows_weight[order]
         self.targets = targets[order] if len(order) else np.zeros_like(order)
         self.kernel = kernel
-        self._values: dict[frozenset[int], float] = {}
-        self.score_without = self._score(frozenset())
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self._values[frozenset()] = 0.0
+        self._start()
 
     def _neighbours(self, train: pd.DataFrame, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every benchmark row's training rows, nearest first (bench rows x training rows),
@@ -167,26 +163,7 @@ class KnnSurrogateGame:
         votes = np.stack(
             [(taken * (self.targets == c)).sum(axis=1) for c in range(len(self.classes))], axis=1
         )
-        if self.scorer.metric.uses_probabilities:
-            scores = _class_scores(self.scorer.classes, self.classes, votes / safe[:, None])
-            return Predictions(name, y_true, scores, self.scorer.classes)
-        labels = np.asarray(self.classes, dtype=object)[votes.argmax(axis=1)]
-        return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
-
-    def _score(self, coalition: frozenset[int]) -> float:
-        predictions = self._predictions(coalition)
-        return float(metric_samples(predictions, np.ones((1, len(predictions.y_true))))[0])
-
-    def prepare(self, coalitions: Iterable[frozenset[int]]) -> None:
-        for coalition in coalitions:
-            self.value(coalition)
-
-    def value(self, coalition: frozenset[int]) -> float:
-        if coalition not in self._values:
-            gain = self._score(coalition) - self.score_without
-            sign = 1.0 if self.higher_is_better else -1.0
-            self._values[coalition] = sign * gain / self.denominator * 100.0
-        return self._values[coalition]
+        return self._class_predictions(votes / safe[:, None])
 
 
 def knn(

@@ -16,18 +16,19 @@ the fitted forest exactly; without it every row counts once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_samples
-from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
+from bench._prediction_game import PredictionGame
+from pipeline.evaluation.metrics import Predictions
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import build_estimator
 
 
-class TreeSurrogateGame:
+class TreeSurrogateGame(PredictionGame):
     """v(S) of the re-estimated forest, in percent improvement (the module docstring)."""
 
     def __init__(
@@ -82,10 +83,7 @@ class TreeSurrogateGame:
             parents = _parents(tree.tree_)
             self.nodes.append(_propagate(parents, stats) if parent else stats)
             self.parents.append(parents)
-        self._values: dict[frozenset[int], float] = {}
-        self.score_without = self._score(frozenset())
-        self.denominator = improvement_denominator(self.score_without, scorer.floor)
-        self._values[frozenset()] = 0.0
+        self._start()
 
     def _members(self, coalition: frozenset[int]) -> list[int]:
         return [i for i in (0, *(j + 1 for j in sorted(coalition))) if self.sizes[i]]
@@ -125,26 +123,7 @@ class TreeSurrogateGame:
         proba = fractions.sum(axis=1) / np.maximum(used, 1)[:, None]
         prior = total.sum(axis=(0, 1))
         proba[used == 0] = prior / max(prior.sum(), 1e-12)
-        if self.scorer.metric.uses_probabilities:
-            scores = _class_scores(self.scorer.classes, self.classes, proba)
-            return Predictions(name, y_true, scores, self.scorer.classes)
-        labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
-        return Predictions(name, y_true, labels.astype(y_true.dtype), self.scorer.classes)
-
-    def _score(self, coalition: frozenset[int]) -> float:
-        predictions = self._predictions(coalition)
-        return float(metric_samples(predictions, np.ones((1, len(predictions.y_true))))[0])
-
-    def prepare(self, coalitions: Iterable[frozenset[int]]) -> None:
-        for coalition in coalitions:
-            self.value(coalition)
-
-    def value(self, coalition: frozenset[int]) -> float:
-        if coalition not in self._values:
-            gain = self._score(coalition) - self.score_without
-            sign = 1.0 if self.higher_is_better else -1.0
-            self._values[coalition] = sign * gain / self.denominator * 100.0
-        return self._values[coalition]
+        return self._class_predictions(proba)
 
 
 def _draws(model: Any, rows: int) -> np.ndarray:
