@@ -33,7 +33,7 @@ from bench._prediction_game import PredictionGame
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import build_estimator
-from pipeline.rewards.surrogate import stratified_sample
+from pipeline.rewards.surrogate import sampled_parts
 
 EMPTY_POLICIES = ("zero", "parent", "pooled")
 
@@ -98,12 +98,9 @@ class BoostingReplayGame(PredictionGame):
         self.scorer = scorer
         self.higher_is_better = higher_is_better
         self.classification = scorer.task_type == "classification"
-        labelled = [scorer.labelled(f) for f in (base, *frames)]
-        sample, weight = stratified_sample(
-            labelled[0], scorer.target_column, max_base_rows, self.classification
-        )
+        self.parts, weight = sampled_parts(scorer, base, frames, max_base_rows)
+        sample = self.parts[0]
         self.sample_rows = len(sample)
-        self.parts = [sample, *labelled[1:]]
         self.sizes = [len(p) for p in self.parts]
         train = pd.concat([p for p in self.parts if len(p)], ignore_index=True)
         self.weights = None if weight == 1.0 else np.ones(len(train))

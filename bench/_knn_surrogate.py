@@ -39,7 +39,7 @@ from pipeline.evaluation.metrics import (
 )
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
-from pipeline.rewards.surrogate import stratified_sample
+from pipeline.rewards.surrogate import sampled_parts
 
 DISTANCES = ("euclidean", "importance", "proximity")
 
@@ -69,12 +69,8 @@ class KnnSurrogateGame(PredictionGame):
         self.scorer = scorer
         self.higher_is_better = higher_is_better
         self.classification = scorer.task_type == "classification"
-        labelled = [scorer.labelled(f) for f in (base, *frames)]
-        sample, weight = stratified_sample(
-            labelled[0], scorer.target_column, max_base_rows, self.classification
-        )
-        self.sample_rows = len(sample)
-        parts = [sample, *labelled[1:]]
+        parts, weight = sampled_parts(scorer, base, frames, max_base_rows)
+        self.sample_rows = len(parts[0])
         self.frames = parts
         sizes = [len(p) for p in parts]
         owner = np.repeat(np.arange(len(parts)), sizes)

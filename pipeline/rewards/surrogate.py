@@ -95,6 +95,22 @@ def stratified_sample(
     return sample, len(frame) / max(len(sample), 1)
 
 
+def sampled_parts(
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame,
+    frames: Sequence[pd.DataFrame],
+    max_base_rows: int,
+) -> tuple[list[pd.DataFrame], float]:
+    """A game's labelled parts, the accepted rows' sample (`stratified_sample`) first and each
+    contribution after, and the weight each sampled accepted row carries."""
+    labelled = [scorer.labelled(f) for f in (base, *frames)]
+    classification = scorer.task_type == "classification"
+    sample, weight = stratified_sample(
+        labelled[0], scorer.target_column, max_base_rows, classification
+    )
+    return [sample, *labelled[1:]], weight
+
+
 class SurrogateGame:
     """v(S) of the surrogate for coalitions of `frames` on top of `base` (module docstring)."""
 
@@ -110,13 +126,10 @@ class SurrogateGame:
         self.scorer = scorer
         self.higher_is_better = higher_is_better
         self.classification = scorer.task_type == "classification"
-        labelled = [scorer.labelled(f) for f in (base, *frames)]
-        sample, weight = stratified_sample(
-            labelled[0], scorer.target_column, max_base_rows, self.classification
-        )
-        self.sample_rows = len(sample)
+        parts, weight = sampled_parts(scorer, base, frames, max_base_rows)
+        self.sample_rows = len(parts[0])
         self.objective = self._objective()
-        self._transform([sample, *labelled[1:]], weight)
+        self._transform(parts, weight)
         self._fits: dict[frozenset[int], Any] = {}
         self._member_lists: dict[frozenset[int], list[int]] = {}
         self._prepare_statistics()
