@@ -295,8 +295,8 @@ def run(
     # The least of each side over the rounds (baseline and upload in turn): a single run of
     # either moved by 0.5-1 s from run to run on a quiet machine, the baseline as much as the
     # upload.
-    hash_s, typed_s, text_s = (min(t[i] for t in timings) for i in range(3))
     hash_s, typed_s = min(((t[0], t[1]) for t in timings), key=sum)
+    text_s = min(t[2] for t in timings)
     upload_s = min(t[3] for t in timings)
     client_cpu = upload_client_cpu
     with path.open("rb") as fh:
@@ -353,6 +353,8 @@ def main() -> None:
         "--rounds", type=int, default=3, help="baseline and upload, in turn; the least of each"
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory(prefix="mk-bench-upload-") as tmp:
         if args.url:
             if not args.api_key:
