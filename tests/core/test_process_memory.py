@@ -22,7 +22,6 @@ def arrow_pool_restored() -> Iterator[None]:
 class _Libc:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
-
         self.trims: list[int] = []
 
     def mallopt(self, option: int, value: int) -> int:
