@@ -50,11 +50,11 @@ from pipeline.models.bulk_preprocessing import BulkFeatures, bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
 from pipeline.rewards.anchored_passes import CHUNK_CELLS
 from pipeline.rewards.surrogate_fits import (
-    ANCHOR_TOLERANCE,
     AtFullFit,
     LogisticPart,
     Moments,
     Objective,
+    anchor_fit,
     coalition_fits,
     coalition_penalties,
     coalition_penalty,
@@ -236,7 +236,7 @@ class SurrogateGame:
         self.logistic = self._logistic_parts(self.classes, every)
         used = [i for i in every if len(self.parts[i].x)]
         every_part = [self.logistic[i] for i in used]
-        self.full_fit = logistic_fit(every_part, self._penalty(used), tolerance=ANCHOR_TOLERANCE)
+        self.full_fit = anchor_fit(every_part, self._penalty(used))
         self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
 
     @cached_property
