@@ -320,6 +320,8 @@ class SurrogateGame:
     def _chunk_scores(self, betas: np.ndarray) -> np.ndarray:
         """The metric of each coalition's coefficients in `betas` (`_bulk_values`)."""
         if self.classification and len(self.classes) == 2:
+            if self.scorer.metric.name == "accuracy":
+                return self._binomial_accuracy(betas[:, 0, :])
             return self._code_scores(self._positive(betas[:, 0, :]))
         eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
         if not self.classification:
@@ -332,19 +334,51 @@ class SurrogateGame:
 
     def _positive(self, betas: np.ndarray) -> np.ndarray:
         """Binomial: whether η > 0 (the second class) for each benchmark row (rows) and
-        coalition (columns) of `betas` (coalitions x features). A row's η with a coalition is
-        its η with the full fit, η*, moved by at most |x| · max |β − β*| over the coalitions
-        here: a row whose |η*| is beyond that (with a margin far above the rounding of either
-        product) has the sign of η* with every coalition, and only the other rows (a few in
-        ten at 10,000 accepted churn rows) are multiplied by every coalition's coefficients."""
+        coalition (columns) of `betas` (coalitions x features), `_open_rows` computed."""
+        open_rows, open_positive = self._open_rows(betas)
+        positive = np.repeat((self._bench_at_full[0] > 0.0)[:, None], len(betas), axis=1)
+        positive[open_rows] = open_positive
+        return positive
+
+    def _open_rows(self, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Binomial: the benchmark rows whose class some coalition of `betas` may change, and
+        whether η > 0 there (rows x coalitions). A row's η with a coalition is its η with the
+        full fit, η*, moved by at most |x| · max |β − β*| over the coalitions here: a row whose
+        |η*| is beyond that (with a margin far above the rounding of either product) has the
+        sign of η* with every coalition, and only the other rows (a few in ten at 10,000
+        accepted churn rows) are multiplied by every coalition's coefficients."""
         full = self.full_fit[0]
         eta_full, x_abs = self._bench_at_full
         reach = x_abs @ np.max(np.abs(betas - full), axis=0)
         margin = 1e-9 * (x_abs @ np.abs(full) + reach)
         open_rows = np.flatnonzero(np.abs(eta_full) <= reach + margin)
-        positive = np.repeat((eta_full > 0.0)[:, None], len(betas), axis=1)
-        positive[open_rows] = (self.x_bench[open_rows] @ betas.T) > 0.0
-        return positive
+        return open_rows, (self.x_bench[open_rows] @ betas.T) > 0.0
+
+    def _binomial_accuracy(self, betas: np.ndarray) -> np.ndarray:
+        """Binomial accuracy of each coalition of `betas`: the settled rows' right answers
+        are the full fit's, counted once, and only the open rows' per coalition (`_open_rows`;
+        the same counts, so the same floats, as over every row)."""
+        open_rows, open_positive = self._open_rows(betas)
+        truth, right = self._truth_at_full
+        settled = int(np.count_nonzero(right)) - int(np.count_nonzero(right[open_rows]))
+        moving = np.count_nonzero(open_positive == truth[open_rows][:, None], axis=0)
+        return np.asarray((settled + moving) / len(truth))
+
+    @cached_property
+    def _truth_at_full(self) -> tuple[np.ndarray, np.ndarray]:
+        """Binomial: each benchmark label as an index into `self.classes` (-1: a class not
+        trained on), and whether the full fit's class is right there."""
+        truth = self._truth_index
+        return truth, (self._bench_at_full[0] > 0.0) == truth
+
+    @cached_property
+    def _truth_index(self) -> np.ndarray:
+        """The benchmark's labels as indices into `self.classes` (-1: a class not trained on):
+        equality is all accuracy asks, with no code per prediction."""
+        y_codes, trained, labels, _ = self._label_codes
+        index = np.full(labels, -1, dtype=np.intp)
+        index[trained] = np.arange(len(trained))
+        return np.asarray(index[y_codes])
 
     @cached_property
     def _bench_at_full(self) -> tuple[np.ndarray, np.ndarray]:
@@ -374,11 +408,7 @@ class SurrogateGame:
         training rows."""
         y_codes, trained, labels, positive = self._label_codes
         if self.scorer.metric.name == "accuracy":
-            # Equality is all accuracy asks: the benchmark's labels as indices into
-            # `self.classes` (-1: a class not trained on) spare a code per prediction.
-            index = np.full(labels, -1, dtype=np.intp)
-            index[trained] = np.arange(len(trained))
-            return code_columns("accuracy", index[y_codes], predicted, labels, positive)
+            return code_columns("accuracy", self._truth_index, predicted, labels, positive)
         picked = trained[np.asarray(predicted, dtype=np.intp)]
         return code_columns(self.scorer.metric.name, y_codes, picked, labels, positive)
 

@@ -262,7 +262,8 @@ class _Game:
 
     def coalition_rows(self, coalitions: Sequence[Coalition]) -> int:
         """Training rows the estimator's game would fit on, over `coalitions`."""
-        return sum(len(self.base) + sum(self.players[i].rows for i in c) for c in coalitions)
+        rows = [p.rows for p in self.players]  # a frame's length is a pandas call: once each
+        return sum(len(self.base) + sum(rows[i] for i in c) for c in coalitions)
 
 
 def value_batch(
