@@ -37,12 +37,16 @@ class Anchored:
     difference is as precise relative to itself, however small the step. What float32's
     sums still leave along directions no row sees (the one-hot columns of a feature summed,
     minus the intercept: X v = 0, so the exact data gradient has no part there, and the
-    penalty alone sets the coefficients there) is projected out."""
+    penalty alone sets the coefficients there) is left out: the passes work on the rows'
+    coordinates in an orthonormal basis V of the directions they see, X V (as many columns as
+    X has independent ones: two fewer than the features on the demo data's two categorical
+    columns, so two fewer products a cell in each of a pass's two matrix products), and what
+    they find is mapped back by V, which holds nothing along the unseen directions."""
 
-    x: tuple[np.ndarray, ...]  # per part, float32
+    x: tuple[np.ndarray, ...]  # per part, X V in float32 (rows x seen directions)
     tanh: tuple[np.ndarray, ...]  # T per row, float32 (rows x 1)
-    moment_t: tuple[np.ndarray, ...]  # (W ½(1 − T²) X)ᵀ, float32 (features x rows)
-    seen: np.ndarray  # projection onto the directions the rows see (features x features)
+    moment_t: tuple[np.ndarray, ...]  # (W ½(1 − T²) X V)ᵀ, float32 (seen directions x rows)
+    basis: np.ndarray  # V: the directions the rows see (features x seen directions)
 
     @classmethod
     def of(
@@ -53,24 +57,24 @@ class Anchored:
         etas = [part.x @ full[0] for part in parts]
         if max((float(np.max(np.abs(e))) for e in etas if len(e)), default=0.0) > ANCHOR_LIMIT:
             return None
+        values, vectors = np.linalg.eigh(sum(hessians))
+        basis = vectors[:, values > 1e-9 * max(float(values[-1]), 1e-300)]
         xs, tanhs, moments = [], [], []
         for part, eta in zip(parts, etas, strict=True):
             t = np.tanh(0.5 * eta)
-            xs.append(np.asarray(part.x, dtype=np.float32))
+            seen = part.x @ basis
+            xs.append(np.asarray(seen, dtype=np.float32))
             tanhs.append(t.astype(np.float32)[:, None])
             curvature = part.weight * 0.5 * (1.0 - t * t)
-            moments.append(np.ascontiguousarray((part.x * curvature[:, None]).T, dtype=np.float32))
-        values, vectors = np.linalg.eigh(sum(hessians))
-        unseen = vectors[:, values <= 1e-9 * max(float(values[-1]), 1e-300)]
-        seen = np.eye(len(values)) - unseen @ unseen.T
-        return cls(tuple(xs), tuple(tanhs), tuple(moments), seen)
+            moments.append(np.ascontiguousarray((seen * curvature[:, None]).T, dtype=np.float32))
+        return cls(tuple(xs), tuple(tanhs), tuple(moments), basis)
 
     def shifts(self, deltas: np.ndarray, membership: np.ndarray) -> np.ndarray:
         """Σ over each coalition's parts of (W X)ᵀ (σ(η* + Δη) − σ(η*)), `deltas` = β − β*
         (coalitions x 1 x features), `membership` coalitions x parts (1: a member)."""
-        dims = deltas.shape[-1]
+        dims = self.basis.shape[1]
         total = np.zeros((len(deltas), dims))
-        half = (0.5 * deltas[:, 0, :]).astype(np.float32)
+        half = (deltas[:, 0, :] @ (0.5 * self.basis)).astype(np.float32)  # Δη / 2 = X V Vᵀ δ / 2
         anchors = zip(self.x, self.tanh, self.moment_t, strict=True)
         for index, (x, t, moment_t) in enumerate(anchors):
             holders = np.flatnonzero(membership[:, index])
@@ -88,7 +92,7 @@ class Anchored:
                     shift = logistic_shift(x[rows] @ steps, t[rows])  # from Δη / 2
                     part += moment_t[:, rows] @ shift
                 total[ids] += part.T
-        return np.asarray((total @ self.seen)[:, None, :])
+        return np.asarray((total @ self.basis.T)[:, None, :])
 
 
 # Within ±PADE_LIMIT, tanh(h) is taken as h (15 + h²) / (15 + 6 h²), its continued fraction
