@@ -230,6 +230,7 @@ class SurrogateGame:
             return
         self.part_classes = [set(p.y.tolist()) for p in self.parts]
         self.classes = sorted_labels(set().union(*self.part_classes))
+        self._every_class = set(self.classes)
         every = list(range(len(self.parts)))
         if len(self.classes) < 2:
             return
@@ -271,7 +272,7 @@ class SurrogateGame:
         chords: list[frozenset[int]] = []
         for c in missing:
             members = self._members(c)
-            present = sorted_labels(set().union(*(self.part_classes[i] for i in members)))
+            present = self._present(members)
             if len(present) < 2:
                 self._fits[c] = None  # nothing to fit: the scorer's trivial baseline
             elif len(present) < len(self.classes):
@@ -292,6 +293,13 @@ class SurrogateGame:
             )
             self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
         self._bulk_values(missing)
+
+    def _present(self, members: Sequence[int]) -> list[Any]:
+        """The classes of the parts `members`: every class when one of them holds every class
+        (the accepted rows, as a rule), without a union of label sets per coalition."""
+        if any(self.part_classes[i] >= self._every_class for i in members):
+            return list(self.classes)
+        return sorted_labels(set().union(*(self.part_classes[i] for i in members)))
 
     def _bulk_values(self, coalitions: Sequence[frozenset[int]]) -> None:
         """The values of fitted coalitions at once: one product of the benchmark rows with

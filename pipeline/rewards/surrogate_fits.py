@@ -342,7 +342,10 @@ def coalition_fits(
     pen_rows = np.repeat(np.asarray(pens)[:, None, :], outputs, axis=1)
     if outputs > 1:
         pen_rows[:, :, -1] = INTERCEPT_PENALTY  # as `_full_penalty`
-    inverses, slow = _chord_inverses(hessians, coalitions, pen_rows)
+    membership = np.zeros((len(coalitions), len(parts)))
+    for row, members in enumerate(coalitions):
+        membership[row, list(members)] = 1.0
+    inverses, slow = _chord_inverses(hessians, membership, pen_rows)
     betas = np.repeat(full[None], len(coalitions), axis=0)
     active = np.setdiff1d(np.arange(len(coalitions)), slow)
     # The active coalitions' inverses, cut only when some converge: indexing the (coalitions,
@@ -351,9 +354,6 @@ def coalition_fits(
     # Every coalition's first pass is at `full`: its gradient is a sum of the parts' there,
     # each computed once (and that pass is a Newton step, the chord matrix being exact there).
     start = at_full or AtFullFit.of(parts, full, hessians)
-    membership = np.zeros((len(coalitions), len(parts)))
-    for row, members in enumerate(coalitions):
-        membership[row, list(members)] = 1.0
     from_full = (membership @ start.gradients.reshape(len(parts), -1)).reshape(betas.shape)
     anchored = start.anchored
     last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
@@ -387,22 +387,19 @@ def coalition_fits(
 
 
 def _chord_inverses(
-    hessians: Sequence[np.ndarray], coalitions: Sequence[Sequence[int]], pen_rows: np.ndarray
+    hessians: Sequence[np.ndarray], membership: np.ndarray, pen_rows: np.ndarray
 ) -> tuple[np.ndarray, list[int]]:
     """Each coalition's chord matrix (its parts' Hessians plus its penalty) inverted, and the
-    coalitions whose matrix is numerically singular (their inverse left 0): coalitions in
-    slices of about `CHUNK_CELLS` cells at once, one by one only in a slice holding a singular
-    matrix."""
+    coalitions whose matrix is numerically singular (their inverse left 0): coalitions
+    (`membership`: coalitions x parts, 1 for a member) in slices of about `CHUNK_CELLS` cells
+    at once, one by one only in a slice holding a singular matrix."""
     size = hessians[0].shape[0]
     flat = np.stack(hessians).reshape(len(hessians), -1)
-    inverses, slow = np.zeros((len(coalitions), size, size)), []
+    inverses, slow = np.zeros((len(membership), size, size)), []
     chunk = max(1, CHUNK_CELLS // (size * size))
-    for start in range(0, len(coalitions), chunk):
-        ids = range(start, min(start + chunk, len(coalitions)))
-        members = np.zeros((len(ids), len(hessians)))
-        for row, i in enumerate(ids):
-            members[row, list(coalitions[i])] = 1.0
-        stacked = (members @ flat).reshape(len(ids), size, size)
+    for start in range(0, len(membership), chunk):
+        ids = range(start, min(start + chunk, len(membership)))
+        stacked = (membership[start : start + len(ids)] @ flat).reshape(len(ids), size, size)
         stacked += pen_rows[start : start + len(ids)].reshape(len(ids), 1, -1) * np.eye(size)
         try:
             lower = np.linalg.inv(np.linalg.cholesky(stacked))
