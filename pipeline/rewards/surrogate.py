@@ -181,7 +181,7 @@ class SurrogateGame:
     ) -> BulkFeatures | None:
         """`_preprocessing`'s output computed in bulk, where it allows (None: it does not);
         a game on other features than the model's own has none."""
-        return bulk_features(train, [bench], recipe.preprocessing.text_columns)
+        return bulk_features(train, [bench], recipe.preprocessing.text_columns, ones=True)
 
     def _features(self, train: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The training rows' and the benchmark's features with an intercept column last, and
@@ -193,15 +193,14 @@ class SurrogateGame:
         recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
         train, bench = train.reindex(columns=columns), self.scorer.bench.reindex(columns=columns)
         bulk = self._bulk(train, bench, recipe)
-        if bulk is not None:
-            x_train, x_bench, scaled = bulk.fitted, bulk.others[0], bulk.scaled
-        else:
-            features = self._preprocessing(recipe)
-            # One transform of all the rows (a part may lack a column: missing, imputed), cut
-            # into the parts: the preprocessing's cost is per call as much as per row.
-            x_train = np.asarray(_dense(features.fit_transform(train)), dtype="float64")
-            x_bench = np.asarray(_dense(features.transform(bench)), dtype="float64")
-            scaled = self._scaled(features, x_train.shape[1])
+        if bulk is not None:  # its matrices with the column of ones
+            return bulk.fitted, bulk.others[0], np.append(bulk.scaled, False)
+        features = self._preprocessing(recipe)
+        # One transform of all the rows (a part may lack a column: missing, imputed), cut into
+        # the parts: the preprocessing's cost is per call as much as per row.
+        x_train = np.asarray(_dense(features.fit_transform(train)), dtype="float64")
+        x_bench = np.asarray(_dense(features.transform(bench)), dtype="float64")
+        scaled = self._scaled(features, x_train.shape[1])
         ones = np.ones((1, 1))
         return (
             np.hstack([x_train, np.broadcast_to(ones, (len(x_train), 1))]),
