@@ -161,6 +161,7 @@ class SurrogateGame:
             for i, (p, end) in enumerate(zip(parts_frames, ends, strict=True))
         ]
         self.moments = [Moments.of(p.x, p.weight) for p in self.parts]
+        self._has_rows = [len(p.x) > 0 for p in self.parts]
 
     def _objective(self) -> Objective:
         """The penalised loss of the coalitions' fits (`objective_for`)."""
@@ -213,7 +214,7 @@ class SurrogateGame:
         several times per coalition, computed once."""
         if coalition not in self._member_lists:
             parts = (0, *(j + 1 for j in sorted(coalition)))
-            self._member_lists[coalition] = [i for i in parts if len(self.parts[i].x)]
+            self._member_lists[coalition] = [i for i in parts if self._has_rows[i]]
         return self._member_lists[coalition]
 
     def _penalty(self, members: Sequence[int]) -> np.ndarray:
@@ -403,7 +404,7 @@ class SurrogateGame:
         classes = np.asarray(self.classes, dtype=object).astype(y_true.dtype).tolist()
         labels = sorted_labels(set(self.scorer.classes) | set(classes))
         code = {label: i for i, label in enumerate(labels)}
-        y_codes = np.asarray([code[v] for v in y_true.tolist()], dtype=np.intp)
+        y_codes = _codes(y_true, labels, code)
         trained = np.asarray([code[v] for v in classes], dtype=np.intp)
         bench = self.scorer.classes
         positive = code[bench[-1]] if len(bench) == 2 else None
@@ -454,6 +455,21 @@ class SurrogateGame:
         gain = score - self.score_without
         sign = 1.0 if self.higher_is_better else -1.0
         return sign * gain / self.denominator * 100.0
+
+
+def _codes(values: np.ndarray, labels: list[Any], code: dict[Any, int]) -> np.ndarray:
+    """Each value's code (`code`: label -> its index in `labels`, sorted): by a binary search
+    when values and labels are plain numbers (a Python lookup per row otherwise, whose
+    equality also matches 1 with 1.0 or True)."""
+    integers = (int, np.integer)
+    if values.dtype.kind in "iu" and all(
+        isinstance(label, integers) and not isinstance(label, bool) for label in labels
+    ):
+        known = np.asarray(labels, dtype=np.int64)
+        positions = np.minimum(np.searchsorted(known, values), len(known) - 1)
+        if np.array_equal(known[positions], values):
+            return np.asarray(positions, dtype=np.intp)
+    return np.asarray([code[v] for v in values.tolist()], dtype=np.intp)
 
 
 def _score(predictions: Predictions) -> float:
