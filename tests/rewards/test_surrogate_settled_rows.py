@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.rewards import surrogate
+from pipeline.rewards import surrogate_values
 from pipeline.rewards.surrogate import SurrogateGame
 
 
@@ -57,6 +57,6 @@ def test_label_codes_by_search_are_the_lookups() -> None:
     labels = [0, 3, 7]
     values = np.array([7, 0, 3, 3, 0, 7], dtype=np.int64)
     code = {label: i for i, label in enumerate(labels)}
-    assert surrogate._codes(values, labels, code).tolist() == [2, 0, 1, 1, 0, 2]
+    assert surrogate_values._codes(values, labels, code).tolist() == [2, 0, 1, 1, 0, 2]
     mixed = np.array([1, "1", 1.0], dtype=object)
-    assert surrogate._codes(mixed, [1, "1"], {1: 0, "1": 1}).tolist() == [0, 1, 0]
+    assert surrogate_values._codes(mixed, [1, "1"], {1: 0, "1": 1}).tolist() == [0, 1, 0]
