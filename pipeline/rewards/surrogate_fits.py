@@ -53,7 +53,7 @@ TOLERANCE = 1e-5
 ANCHOR_TOLERANCE = 1e-3
 # The anchor's first Newton steps run on every stride-th row, the stride leaving about this
 # many rows (`anchor_fit`): they only bring it near the fit, and cost a tenth as much there.
-ANCHOR_SAMPLE_ROWS = 4096
+ANCHOR_SAMPLE_ROWS = 2048
 # A coalition's chord pass runs in float32 while its last step was at least this large: such a
 # pass costs about a third of a float64 one, and its rounding (a few 1e-7 on a coefficient)
 # is far below the step. The passes that end the iterations, and so set the fit, are float64.
