@@ -53,11 +53,18 @@ class Anchored:
 
     @classmethod
     def of(
-        cls, parts: Sequence[LogisticPart], full: np.ndarray, hessians: Sequence[np.ndarray]
+        cls,
+        parts: Sequence[LogisticPart],
+        full: np.ndarray,
+        hessians: Sequence[np.ndarray],
+        linear: Sequence[np.ndarray] | None = None,
     ) -> Anchored | None:
+        """`linear`: each part's linear predictors at `full` (rows x 1), when known."""
         if full.shape[0] != 1:
             return None  # multinomial: float64 and float32 passes (`_gradients`)
-        etas = [part.x @ full[0] for part in parts]
+        if linear is None:
+            linear = [part.x @ full.T for part in parts]
+        etas = [eta[:, 0] for eta in linear]
         if max((float(np.max(np.abs(e))) for e in etas if len(e)), default=0.0) > ANCHOR_LIMIT:
             return None
         values, vectors = np.linalg.eigh(sum(hessians))

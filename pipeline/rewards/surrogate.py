@@ -58,7 +58,7 @@ from pipeline.rewards.surrogate_fits import (
     least_squares,
     logistic_fit,
     objective_for,
-    part_hessian,
+    part_hessians,
     probabilities,
 )
 from pipeline.rewards.surrogate_values import BulkValues
@@ -236,12 +236,15 @@ class SurrogateGame(BulkValues):
         used = [i for i in every if len(self.parts[i].x)]
         every_part = [self.logistic[i] for i in used]
         self.full_fit = anchor_fit(every_part, self._penalty(used))
-        self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
+        # The parts' linear predictors at the full fit: its Hessians here, and later the
+        # coalitions' start (`_at_full`), take them, one product each.
+        self._full_etas = [part.x @ self.full_fit.T for part in self.logistic]
+        self.hessians = part_hessians(self.logistic, self._full_etas)
 
     @cached_property
     def _at_full(self) -> AtFullFit:
         """Each round's coalition fits start from the same full fit: what they need of it."""
-        return AtFullFit.of(self.logistic, self.full_fit, self.hessians)
+        return AtFullFit.of(self.logistic, self.full_fit, self.hessians, self._full_etas)
 
     def _logistic_parts(self, classes: Sequence[Any], members: Iterable[int]) -> list[LogisticPart]:
         """The parts with one-hot labels over `classes` (binomial: the second class only)."""

@@ -197,9 +197,10 @@ def probabilities_in_place(eta: np.ndarray) -> np.ndarray:
     return eta
 
 
-def part_hessian(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
-    """The part's Hessian of the loss at `beta` (outputs x features), class-major."""
-    return _hessian(part, probabilities(part.x @ beta.T))
+def part_hessians(parts: Sequence[LogisticPart], etas: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each part's Hessian of the loss (outputs x features, class-major) where its linear
+    predictors are `etas` (rows x outputs)."""
+    return [_hessian(part, probabilities(eta)) for part, eta in zip(parts, etas, strict=True)]
 
 
 def _hessian(part: LogisticPart, p: np.ndarray) -> np.ndarray:
@@ -215,11 +216,6 @@ def _hessian(part: LogisticPart, p: np.ndarray) -> np.ndarray:
             blocks[k, :, j, :] = (part.x * curvature[:, None]).T @ part.x
             blocks[j, :, k, :] = blocks[k, :, j, :].T
     return blocks.reshape(outputs * dims, outputs * dims)
-
-
-def _gradient(part: LogisticPart, beta: np.ndarray) -> np.ndarray:
-    """The part's gradient of the log-likelihood at `beta`, shaped like `beta`."""
-    return _gradient_at(part, probabilities(part.x @ beta.T))
 
 
 def _gradient_at(part: LogisticPart, p: np.ndarray) -> np.ndarray:
@@ -320,10 +316,18 @@ class AtFullFit:
 
     @classmethod
     def of(
-        cls, parts: Sequence[LogisticPart], full: np.ndarray, hessians: Sequence[np.ndarray]
+        cls,
+        parts: Sequence[LogisticPart],
+        full: np.ndarray,
+        hessians: Sequence[np.ndarray],
+        etas: Sequence[np.ndarray] | None = None,
     ) -> AtFullFit:
-        gradients = np.stack([_gradient(part, full) for part in parts])
-        return cls(gradients, Anchored.of(parts, full, hessians))
+        """`etas`: each part's linear predictors at `full` (rows x outputs), when known."""
+        etas = [part.x @ full.T for part in parts] if etas is None else etas
+        gradients = np.stack(
+            [_gradient_at(part, probabilities(eta)) for part, eta in zip(parts, etas, strict=True)]
+        )
+        return cls(gradients, Anchored.of(parts, full, hessians, etas))
 
 
 def coalition_fits(
