@@ -226,7 +226,7 @@ class SurrogateGame(BulkValues):
             self.grams = [(p.x * p.weight[:, None]).T @ p.x for p in self.parts]
             self.moments_y = [p.x.T @ (p.weight * p.y.astype("float64")) for p in self.parts]
             return
-        self.part_classes = [set(p.y.tolist()) for p in self.parts]
+        self.part_classes = [_label_set(p.y) for p in self.parts]
         self.classes = sorted_labels(set().union(*self.part_classes))
         self._every_class = set(self.classes)
         every = list(range(len(self.parts)))
@@ -250,10 +250,14 @@ class SurrogateGame(BulkValues):
         """The parts with one-hot labels over `classes` (binomial: the second class only)."""
         labels = np.asarray(classes, dtype=object)
         columns = labels[1:] if len(labels) == 2 else labels
+        numbers = _integer_labels(columns.tolist())
         result = []
         for i in members:
             p = self.parts[i]
-            y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
+            if numbers and p.y.dtype.kind in "iu":  # integers compared as such: the same
+                y = np.asarray(p.y[:, None] == numbers[None, :], dtype="float64")
+            else:  # Python's equality, as the classes were gathered (1 == 1.0 == True)
+                y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
             result.append(LogisticPart(p.x, y, p.weight))
         return result
 
@@ -337,6 +341,22 @@ class SurrogateGame(BulkValues):
         gain = score - self.score_without
         sign = 1.0 if self.higher_is_better else -1.0
         return sign * gain / self.denominator * 100.0
+
+
+def _label_set(labels: np.ndarray) -> set[Any]:
+    """The distinct labels of a part, as Python values (integers by a sort, not per row)."""
+    if labels.dtype.kind in "iu":
+        return set(np.unique(labels).tolist())
+    return set(labels.tolist())
+
+
+def _integer_labels(labels: list[Any]) -> np.ndarray | None:
+    """`labels` as an integer array when every one is an integer (not a bool), else None."""
+    if labels and all(
+        isinstance(label, int | np.integer) and not isinstance(label, bool) for label in labels
+    ):
+        return np.asarray(labels, dtype=np.int64)
+    return None
 
 
 def _score(predictions: Predictions) -> float:

@@ -161,9 +161,8 @@ def _codes(values: np.ndarray, labels: list[Any], code: dict[Any, int]) -> np.nd
     """Each value's code (`code`: label -> its index in `labels`, sorted): by a binary search
     when values and labels are plain numbers (a Python lookup per row otherwise, whose
     equality also matches 1 with 1.0 or True)."""
-    integers = (int, np.integer)
     if values.dtype.kind in "iu" and all(
-        isinstance(label, integers) and not isinstance(label, bool) for label in labels
+        isinstance(label, int | np.integer) and not isinstance(label, bool) for label in labels
     ):
         known = np.asarray(labels, dtype=np.int64)
         positions = np.minimum(np.searchsorted(known, values), len(known) - 1)
