@@ -254,7 +254,7 @@ class SurrogateGame(BulkValues):
         result = []
         for i in members:
             p = self.parts[i]
-            if numbers and p.y.dtype.kind in "iu":  # integers compared as such: the same
+            if numbers is not None and p.y.dtype.kind in "iu":  # compared as integers: the same
                 y = np.asarray(p.y[:, None] == numbers[None, :], dtype="float64")
             else:  # Python's equality, as the classes were gathered (1 == 1.0 == True)
                 y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
