@@ -230,13 +230,26 @@ def _loss(
     total = 0.5 * float(np.sum(pen * beta * beta))
     for part, eta in zip(parts, etas, strict=True):
         if beta.shape[0] == 1:
-            nll = np.logaddexp(0.0, eta[:, 0]) - part.y[:, 0] * eta[:, 0]
+            nll = _softplus(eta[:, 0]) - part.y[:, 0] * eta[:, 0]
         else:
             top = eta.max(axis=1)
             logsum = top + np.log(np.exp(eta - top[:, None]).sum(axis=1))
             nll = logsum - (part.y * eta).sum(axis=1)
         total += float(part.weight @ nll)
     return total
+
+
+def _softplus(eta: np.ndarray) -> np.ndarray:
+    """log(1 + e^η) as max(η, 0) + log(1 + e^−|η|): NumPy's vectorised exp and log, at a third
+    of `np.logaddexp`'s time here (its loop is scalar); 1 + e^−|η| rounds away at most the
+    last bits of a term below 1e-16, far within the line search's 1e-12 of the loss."""
+    result = np.abs(eta)
+    np.negative(result, out=result)
+    np.exp(result, out=result)
+    result += 1.0
+    np.log(result, out=result)
+    result += np.maximum(eta, 0.0)
+    return np.asarray(result)
 
 
 def _full_penalty(pen: np.ndarray, outputs: int) -> np.ndarray:
