@@ -172,7 +172,8 @@ def _labelled(frame: pd.DataFrame, target_column: str, task_type: str, what: str
             raise Unprocessable(f"target column {target_column!r} is missing from the {what}")
         return pd.DataFrame(columns=[target_column])
     target = frame[target_column]
-    if isinstance(target.dtype, np.dtype) and target.dtype.kind in "iub":
+    dtype = getattr(target, "dtype", None)  # none: a duplicated column name, a frame
+    if isinstance(dtype, np.dtype) and dtype.kind in "iub":
         rows = frame  # NumPy integers and booleans hold no missing value: nothing to check
     else:
         known = target.notna()
