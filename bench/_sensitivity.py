@@ -27,7 +27,6 @@ import pandas as pd
 from bench._faithfulness import FAMILIES, compare, datasets, scale_scenario, scenario
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.models.estimators import as_recipe
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 
 # Draws of the left-out row per batch; the worse move is kept.
@@ -92,7 +91,6 @@ def measure_sensitivity(
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     found: dict[str, list[dict[str, Any]]] = {}
     for family in families:
-        estimator = as_recipe(FAMILIES[family]["classification"]).estimator
         for accepted in accepted_sizes:
             for name, players, built, seed, hib in _scenarios(
                 family, accepted, sizes, seeds, first_seed
@@ -101,10 +99,11 @@ def measure_sensitivity(
                 if moved is None:
                     continue
                 pool, move, rho = moved
+                recipe = built[0].recipe
                 row = {
                     "accepted": accepted,
                     "data": name,
-                    "estimator": estimator,
+                    "estimator": recipe.estimator if recipe else "",
                     "players": players,
                     "seed": seed,
                     "pool_pct": pool,
