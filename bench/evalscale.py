@@ -55,10 +55,12 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from bench._faithfulness import FAMILIES, SURROGATES, measure, measure_scale
+from bench._sensitivity import measure_sensitivity
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
@@ -289,6 +291,33 @@ def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
                 summarise(f"scale_{family}_{surrogate}", rows)
 
 
+def sensitivity(args: argparse.Namespace, engine: FitEngine) -> None:
+    print("sensitivity: data | estimator | players | seed | pool % | move % of pool | Spearman")
+
+    def show(row: dict[str, Any]) -> None:
+        print(
+            f"sensitivity: {row['data']} | {row['estimator']} | {row['players']} | "
+            f"{row['seed']} | {row['pool_pct']:.2f} | {row['move']:.1f} | {row['spearman']:.2f}"
+        )
+
+    accepted = [int(s) for s in args.sensitivity_accepted.split(",")]
+    players = [int(s) for s in args.sensitivity_players.split(",")]
+    found = measure_sensitivity(
+        args.sensitivity_families, accepted, players, args.seeds, engine, show, args.first_seed
+    )
+    for family, rows in found.items():
+        for size in dict.fromkeys(r["accepted"] for r in rows):
+            cell = [r for r in rows if r["accepted"] == size]
+            moves = [r["move"] for r in cell]
+            rhos = [r["spearman"] for r in cell if not math.isnan(r["spearman"])]
+            name = f"sensitivity_{family}_{size or 'small'}"
+            print(f"{name}_max_move_pct_of_pool: {max(moves):.1f}")
+            print(f"{name}_median_move_pct_of_pool: {float(np.median(moves)):.1f}")
+            print(f"{name}_min_spearman: {min(rhos, default=math.nan):.2f}")
+            beyond = sum(m > 5.0 for m in moves)
+            print(f"{name}_paid_batches_moved_beyond_5pct: {beyond}/{len(moves)}")
+
+
 def summarise(name: str, table: list[dict[str, Any]]) -> None:
     errors = [r["max_error"] for r in table if not math.isnan(r["max_error"])]
     spearman = [r["min_spearman"] for r in table if not math.isnan(r["min_spearman"])]
@@ -335,6 +364,19 @@ def main() -> None:
     parser.add_argument("--parts", default="scale,faithfulness", help="which parts to run")
     parser.add_argument("--datasets", default="", help="faithfulness data sets (default: all)")
     parser.add_argument(
+        "--sensitivity-families",
+        default="linear,boosting",
+        help="reference estimators whose one-row sensitivity `--parts sensitivity` measures",
+    )
+    parser.add_argument(
+        "--sensitivity-accepted",
+        default="0,10000",
+        help="0: the faithfulness data sets; else accepted demo churn rows at scale",
+    )
+    parser.add_argument(
+        "--sensitivity-players", default="2,4", help="batch sizes of `--parts sensitivity`"
+    )
+    parser.add_argument(
         "--families",
         default="linear",
         help="faithfulness reference estimators: linear,boosting,forest",
@@ -352,6 +394,7 @@ def main() -> None:
     args.batches = sorted(int(s) for s in args.batches.split(","))
     args.estimators = args.estimators.split(",")
     args.families = [f for f in args.families.split(",") if f]
+    args.sensitivity_families = [f for f in args.sensitivity_families.split(",") if f]
     args.scale_families = args.scale_families.split(",")
     args.surrogates = [
         name.replace("-parent", ", parent").replace("-pooled", ", pooled")
@@ -370,6 +413,8 @@ def main() -> None:
     worst = scale(args, started, settings) if "scale" in parts else []
     if "faithfulness" in parts:
         faithfulness(args, engine)
+    if "sensitivity" in parts:
+        sensitivity(args, engine)
     print(f"total_wall_seconds: {time.perf_counter() - started:.0f}")
     if worst:
         print(f"ratio: {max(worst):.3f}")

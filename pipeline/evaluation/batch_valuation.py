@@ -57,12 +57,11 @@ from pipeline.evaluation.without_cache import (
     trained_as_accepted,
 )
 from pipeline.rewards.budget import BUDGET, TryGate
+from pipeline.rewards.players import Player, frame_fingerprint
 from pipeline.rewards.valuation import (
     CACHE_MISS,
     BatchValuation,
-    Player,
     ValuationSettings,
-    frame_fingerprint,
     value_batch,
 )
 from pipeline.sandbox.errors import TrainerFailed

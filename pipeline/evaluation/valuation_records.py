@@ -20,7 +20,8 @@ from pipeline.evaluation.datasets import BenchmarkData
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.budget import BUDGET, Decision, TryGate, budget_reason
-from pipeline.rewards.valuation import NOISE, BatchValuation, Player
+from pipeline.rewards.players import Player
+from pipeline.rewards.valuation import NOISE, BatchValuation
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services

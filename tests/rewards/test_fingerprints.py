@@ -8,7 +8,7 @@ import hashlib
 import pandas as pd
 
 from pipeline.demo.churn_data import churn_rows
-from pipeline.rewards.valuation import frame_fingerprints
+from pipeline.rewards.players import frame_fingerprints
 
 
 def _alone(frame: pd.DataFrame) -> str:
