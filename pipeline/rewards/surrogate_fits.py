@@ -31,14 +31,14 @@ from functools import cached_property
 
 import numpy as np
 
-from pipeline.models.estimators import Recipe, estimator_params
 from pipeline.rewards.anchored_passes import CHUNK_CELLS, Anchored
 
-# The penalty of the stand-in objective for estimators that are not linear (forests,
-# boosting, neighbours, the owner's code), on standardised features.
-STAND_IN_PENALTY = 1.0
-# Logistic regression without a penalty diverges on separable data: a floor, far below C=1's.
-MIN_LOGISTIC_PENALTY = 1e-6
+# The objective's choice lives in its own module; imported from here as before.
+from pipeline.rewards.surrogate_objective import MIN_LOGISTIC_PENALTY as MIN_LOGISTIC_PENALTY
+from pipeline.rewards.surrogate_objective import STAND_IN_PENALTY as STAND_IN_PENALTY
+from pipeline.rewards.surrogate_objective import Objective as Objective
+from pipeline.rewards.surrogate_objective import objective_for as objective_for
+
 # Softmax intercepts are determined only up to a common shift: a vanishing penalty fixes it.
 INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50
@@ -61,45 +61,6 @@ COARSE_STEP = 1e-2
 # Linear convergence at a rate below this lets a coalition stop once its estimated remaining
 # error (step * rate / (1 - rate)) is below TOLERANCE, one pass before its step is.
 STOP_RATE = 0.5
-
-
-@dataclass(frozen=True)
-class Objective:
-    """The penalised loss the surrogate minimises. `exact`: it is the model's own estimator's
-    objective (scikit-learn's linear and logistic regressions, ridge), so the surrogate's
-    coalition fits are that estimator's fits."""
-
-    penalty: float
-    exact: bool
-
-
-def objective_for(recipe: Recipe | None, task_type: str) -> Objective:
-    """The estimator's own objective when it is linear, else the stand-in (an L2 logistic or
-    ridge regression at `STAND_IN_PENALTY`)."""
-    if recipe is None:
-        return Objective(STAND_IN_PENALTY, False)
-    params = estimator_params(recipe)
-    if recipe.estimator == "linear_regression":
-        return Objective(0.0, bool(params.get("fit_intercept", True)))
-    if recipe.estimator == "ridge":
-        # An array of alphas (one per target) has no single-target meaning here.
-        alpha = params.get("alpha", 1.0)
-        scalar = isinstance(alpha, int | float)
-        plain = scalar and params.get("fit_intercept", True)
-        return Objective(float(alpha) if scalar else STAND_IN_PENALTY, bool(plain))
-    if recipe.estimator == "logistic_regression":
-        c = float(params.get("C", 1.0))
-        unpenalised = ("penalty" in params and params["penalty"] is None) or math.isinf(c)
-        exact = (
-            not params.get("l1_ratio")
-            and params.get("penalty", "l2") in ("l2", "deprecated", None)
-            and params.get("class_weight") is None
-            and params.get("fit_intercept", True)
-            and params.get("solver", "lbfgs") != "liblinear"
-        )
-        penalty = MIN_LOGISTIC_PENALTY if unpenalised else max(1.0 / c, MIN_LOGISTIC_PENALTY)
-        return Objective(penalty, bool(exact))
-    return Objective(STAND_IN_PENALTY, False)
 
 
 @dataclass(frozen=True)
