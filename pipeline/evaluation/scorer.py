@@ -171,9 +171,14 @@ def _labelled(frame: pd.DataFrame, target_column: str, task_type: str, what: str
         if len(frame):
             raise Unprocessable(f"target column {target_column!r} is missing from the {what}")
         return pd.DataFrame(columns=[target_column])
-    known = frame[target_column].notna()
-    # Every row labelled (the usual case): the frame itself, not a copy of every column.
-    rows = frame if bool(known.all()) else frame[known]
+    target = frame[target_column]
+    dtype = getattr(target, "dtype", None)  # none: a duplicated column name, a frame
+    if isinstance(dtype, np.dtype) and dtype.kind in "iub":
+        rows = frame  # NumPy integers and booleans hold no missing value: nothing to check
+    else:
+        known = target.notna()
+        # Every row labelled (the usual case): the frame itself, not a copy of every column.
+        rows = frame if bool(known.all()) else frame[known]
     if task_type == "regression":
         target = pd.to_numeric(rows[target_column], errors="coerce")
         if target.isna().any():

@@ -33,14 +33,20 @@ class BulkFeatures:
 
     fitted: np.ndarray
     others: list[np.ndarray]
-    scaled: np.ndarray  # one bool per column
+    scaled: np.ndarray  # one bool per feature column (not the column of ones)
 
 
 def bulk_features(
-    fitted: pd.DataFrame, others: Sequence[pd.DataFrame], text_columns: Sequence[str] = ()
+    fitted: pd.DataFrame,
+    others: Sequence[pd.DataFrame],
+    text_columns: Sequence[str] = (),
+    *,
+    ones: bool = False,
 ) -> BulkFeatures | None:
     """The preprocessing fitted on `fitted` applied to it and to each of `others` (frames with
-    the same columns), or None when only scikit-learn's pipeline can (module docstring)."""
+    the same columns), or None when only scikit-learn's pipeline can (module docstring). With
+    `ones`, each matrix has a column of ones after the features (a linear model's intercept:
+    written in place, not a copy of every row with the column added)."""
     if ColumnKind("text", text_columns)(fitted):
         return None
     numeric = ColumnKind("numeric", text_columns)(fitted)
@@ -56,7 +62,12 @@ def bulk_features(
             return None
         encoders.append(encoder)
     width = len(numeric) + sum(len(e.categories) for e in encoders)
-    matrices = [np.empty((len(f), width)) for f in frames]
+    # Column-major: every write below is a column (or a block of one-hot columns), which in a
+    # row-major matrix of a dozen columns is a strided write per cell (a third of the time).
+    matrices = [np.empty((len(f), width + 1 if ones else width), order="F") for f in frames]
+    if ones:
+        for matrix in matrices:
+            matrix[:, width] = 1.0
     if numeric and not _standardise([f[numeric] for f in frames], matrices):
         return None
     offset = len(numeric)
@@ -89,12 +100,15 @@ def _standardise(frames: Sequence[pd.DataFrame], matrices: Sequence[np.ndarray])
     known = ~np.isnan(first)
     if not known.any(axis=0).all():
         return False
-    medians = np.array(
-        [np.median(first[known[:, j], j]) for j in range(first.shape[1])], dtype="float64"
-    )
+    medians = None  # computed only when a frame has a gap to fill
     for block in values:
         gaps = np.isnan(block)
         if gaps.any():
+            if medians is None:
+                medians = np.array(
+                    [np.median(first[known[:, j], j]) for j in range(first.shape[1])],
+                    dtype="float64",
+                )
             block[gaps] = np.broadcast_to(medians, block.shape)[gaps]
     rows = len(first)
     mean = first.mean(axis=0)

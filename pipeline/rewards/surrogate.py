@@ -39,31 +39,29 @@ import pandas as pd
 
 from pipeline.evaluation.metrics import (
     Predictions,
-    code_columns,
     improvement_denominator,
     metric_samples,
     sorted_labels,
-    value_columns,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.bulk_preprocessing import BulkFeatures, bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
-from pipeline.rewards.anchored_passes import CHUNK_CELLS
 from pipeline.rewards.surrogate_fits import (
-    ANCHOR_TOLERANCE,
     AtFullFit,
     LogisticPart,
     Moments,
     Objective,
+    anchor_fit,
     coalition_fits,
     coalition_penalties,
     coalition_penalty,
     least_squares,
     logistic_fit,
     objective_for,
-    part_hessian,
+    part_hessians,
     probabilities,
 )
+from pipeline.rewards.surrogate_values import BulkValues
 
 SAMPLE_SEED = 11
 
@@ -111,7 +109,7 @@ def sampled_parts(
     return [sample, *labelled[1:]], weight
 
 
-class SurrogateGame:
+class SurrogateGame(BulkValues):
     """v(S) of the surrogate for coalitions of `frames` on top of `base` (module docstring)."""
 
     def __init__(
@@ -161,6 +159,7 @@ class SurrogateGame:
             for i, (p, end) in enumerate(zip(parts_frames, ends, strict=True))
         ]
         self.moments = [Moments.of(p.x, p.weight) for p in self.parts]
+        self._has_rows = [len(p.x) > 0 for p in self.parts]
 
     def _objective(self) -> Objective:
         """The penalised loss of the coalitions' fits (`objective_for`)."""
@@ -181,7 +180,7 @@ class SurrogateGame:
     ) -> BulkFeatures | None:
         """`_preprocessing`'s output computed in bulk, where it allows (None: it does not);
         a game on other features than the model's own has none."""
-        return bulk_features(train, [bench], recipe.preprocessing.text_columns)
+        return bulk_features(train, [bench], recipe.preprocessing.text_columns, ones=True)
 
     def _features(self, train: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The training rows' and the benchmark's features with an intercept column last, and
@@ -193,15 +192,14 @@ class SurrogateGame:
         recipe = self.scorer.recipe or Recipe(check_estimator(self.scorer.task_type, None))
         train, bench = train.reindex(columns=columns), self.scorer.bench.reindex(columns=columns)
         bulk = self._bulk(train, bench, recipe)
-        if bulk is not None:
-            x_train, x_bench, scaled = bulk.fitted, bulk.others[0], bulk.scaled
-        else:
-            features = self._preprocessing(recipe)
-            # One transform of all the rows (a part may lack a column: missing, imputed), cut
-            # into the parts: the preprocessing's cost is per call as much as per row.
-            x_train = np.asarray(_dense(features.fit_transform(train)), dtype="float64")
-            x_bench = np.asarray(_dense(features.transform(bench)), dtype="float64")
-            scaled = self._scaled(features, x_train.shape[1])
+        if bulk is not None:  # its matrices with the column of ones
+            return bulk.fitted, bulk.others[0], np.append(bulk.scaled, False)
+        features = self._preprocessing(recipe)
+        # One transform of all the rows (a part may lack a column: missing, imputed), cut into
+        # the parts: the preprocessing's cost is per call as much as per row.
+        x_train = np.asarray(_dense(features.fit_transform(train)), dtype="float64")
+        x_bench = np.asarray(_dense(features.transform(bench)), dtype="float64")
+        scaled = self._scaled(features, x_train.shape[1])
         ones = np.ones((1, 1))
         return (
             np.hstack([x_train, np.broadcast_to(ones, (len(x_train), 1))]),
@@ -214,7 +212,7 @@ class SurrogateGame:
         several times per coalition, computed once."""
         if coalition not in self._member_lists:
             parts = (0, *(j + 1 for j in sorted(coalition)))
-            self._member_lists[coalition] = [i for i in parts if len(self.parts[i].x)]
+            self._member_lists[coalition] = [i for i in parts if self._has_rows[i]]
         return self._member_lists[coalition]
 
     def _penalty(self, members: Sequence[int]) -> np.ndarray:
@@ -228,30 +226,38 @@ class SurrogateGame:
             self.grams = [(p.x * p.weight[:, None]).T @ p.x for p in self.parts]
             self.moments_y = [p.x.T @ (p.weight * p.y.astype("float64")) for p in self.parts]
             return
-        self.part_classes = [set(p.y.tolist()) for p in self.parts]
+        self.part_classes = [_label_set(p.y) for p in self.parts]
         self.classes = sorted_labels(set().union(*self.part_classes))
+        self._every_class = set(self.classes)
         every = list(range(len(self.parts)))
         if len(self.classes) < 2:
             return
         self.logistic = self._logistic_parts(self.classes, every)
         used = [i for i in every if len(self.parts[i].x)]
         every_part = [self.logistic[i] for i in used]
-        self.full_fit = logistic_fit(every_part, self._penalty(used), tolerance=ANCHOR_TOLERANCE)
-        self.hessians = [part_hessian(part, self.full_fit) for part in self.logistic]
+        self.full_fit = anchor_fit(every_part, self._penalty(used))
+        # The parts' linear predictors at the full fit: its Hessians here, and later the
+        # coalitions' start (`_at_full`), take them, one product each.
+        self._full_etas = [part.x @ self.full_fit.T for part in self.logistic]
+        self.hessians = part_hessians(self.logistic, self._full_etas)
 
     @cached_property
     def _at_full(self) -> AtFullFit:
         """Each round's coalition fits start from the same full fit: what they need of it."""
-        return AtFullFit.of(self.logistic, self.full_fit, self.hessians)
+        return AtFullFit.of(self.logistic, self.full_fit, self.hessians, self._full_etas)
 
     def _logistic_parts(self, classes: Sequence[Any], members: Iterable[int]) -> list[LogisticPart]:
         """The parts with one-hot labels over `classes` (binomial: the second class only)."""
         labels = np.asarray(classes, dtype=object)
         columns = labels[1:] if len(labels) == 2 else labels
+        numbers = _integer_labels(columns.tolist())
         result = []
         for i in members:
             p = self.parts[i]
-            y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
+            if numbers is not None and p.y.dtype.kind in "iu":  # compared as integers: the same
+                y = np.asarray(p.y[:, None] == numbers[None, :], dtype="float64")
+            else:  # Python's equality, as the classes were gathered (1 == 1.0 == True)
+                y = np.asarray(p.y.astype(object)[:, None] == columns[None, :], dtype="float64")
             result.append(LogisticPart(p.x, y, p.weight))
         return result
 
@@ -271,7 +277,7 @@ class SurrogateGame:
         chords: list[frozenset[int]] = []
         for c in missing:
             members = self._members(c)
-            present = sorted_labels(set().union(*(self.part_classes[i] for i in members)))
+            present = self._present(members)
             if len(present) < 2:
                 self._fits[c] = None  # nothing to fit: the scorer's trivial baseline
             elif len(present) < len(self.classes):
@@ -293,94 +299,12 @@ class SurrogateGame:
             self._fits.update({c: (self.classes, b) for c, b in zip(chords, fits, strict=True)})
         self._bulk_values(missing)
 
-    def _bulk_values(self, coalitions: Sequence[frozenset[int]]) -> None:
-        """The values of fitted coalitions at once: one product of the benchmark rows with
-        every coalition's coefficients, then the metric on label codes or on the matrix of
-        values. roc_auc, coalitions missing a class and trivial baselines go one by one
-        (`_predictions`)."""
-        if self.scorer.metric.uses_probabilities:
-            return
-        full = len(self.classes) if self.classification else 0
-        done = [c for c in coalitions if c not in self._values and self._fits.get(c) is not None]
-        done = [c for c in done if len(self._fits[c][0] or ()) == full and self._members(c)]
-        if not done:
-            return
-        betas = np.stack([self._fits[c][1] for c in done])  # coalitions x [outputs x] features
-        # Benchmark rows x coalitions x outputs cells (and temporaries as large) at once run
-        # out of memory on a large benchmark: coalitions in slices of about CHUNK_CELLS.
-        outputs = betas.shape[1] if betas.ndim == 3 else 1
-        chunk = max(1, CHUNK_CELLS // max(len(self.x_bench) * outputs, 1))
-        for start in range(0, len(done), chunk):
-            scores = self._chunk_scores(betas[start : start + chunk])
-            self._values.update(
-                (c, self._improvement(float(v)))
-                for c, v in zip(done[start : start + chunk], scores, strict=True)
-            )
-
-    def _chunk_scores(self, betas: np.ndarray) -> np.ndarray:
-        """The metric of each coalition's coefficients in `betas` (`_bulk_values`)."""
-        if self.classification and len(self.classes) == 2:
-            return self._code_scores(self._positive(betas[:, 0, :]))
-        eta = self.x_bench @ betas.reshape(-1, betas.shape[-1]).T
-        if not self.classification:
-            return value_columns(self.scorer.metric.name, self.scorer.y_true, eta)
-        eta = eta.reshape(len(eta), len(betas), -1)
-        # The class of the largest linear predictor, as scikit-learn's `predict` (the largest
-        # probability too, without computing them); binomial: the second class where η > 0.
-        codes = eta[..., 0] > 0.0 if len(self.classes) == 2 else eta.argmax(axis=-1)
-        return self._code_scores(codes)
-
-    def _positive(self, betas: np.ndarray) -> np.ndarray:
-        """Binomial: whether η > 0 (the second class) for each benchmark row (rows) and
-        coalition (columns) of `betas` (coalitions x features). A row's η with a coalition is
-        its η with the full fit, η*, moved by at most |x| · max |β − β*| over the coalitions
-        here: a row whose |η*| is beyond that (with a margin far above the rounding of either
-        product) has the sign of η* with every coalition, and only the other rows (a few in
-        ten at 10,000 accepted churn rows) are multiplied by every coalition's coefficients."""
-        full = self.full_fit[0]
-        eta_full, x_abs = self._bench_at_full
-        reach = x_abs @ np.max(np.abs(betas - full), axis=0)
-        margin = 1e-9 * (x_abs @ np.abs(full) + reach)
-        open_rows = np.flatnonzero(np.abs(eta_full) <= reach + margin)
-        positive = np.repeat((eta_full > 0.0)[:, None], len(betas), axis=1)
-        positive[open_rows] = (self.x_bench[open_rows] @ betas.T) > 0.0
-        return positive
-
-    @cached_property
-    def _bench_at_full(self) -> tuple[np.ndarray, np.ndarray]:
-        """The benchmark rows' linear predictor with the full fit, and their features' sizes."""
-        return self.x_bench @ self.full_fit[0], np.abs(self.x_bench)
-
-    @cached_property
-    def _label_codes(self) -> tuple[np.ndarray, np.ndarray, int, int | None]:
-        """Codes of the benchmark's labels and of `self.classes` over the labels of both, their
-        number and the benchmark's positive class's code (None without two classes): once,
-        not per slice of coalitions (a Python pass over every benchmark row)."""
-        y_true = self.scorer.y_true
-        # A part's labels may be typed apart from the benchmark's (its file read on its own:
-        # "1" beside 1): as in `_predictions`, predicted labels take the benchmark's type.
-        classes = np.asarray(self.classes, dtype=object).astype(y_true.dtype).tolist()
-        labels = sorted_labels(set(self.scorer.classes) | set(classes))
-        code = {label: i for i, label in enumerate(labels)}
-        y_codes = np.asarray([code[v] for v in y_true.tolist()], dtype=np.intp)
-        trained = np.asarray([code[v] for v in classes], dtype=np.intp)
-        bench = self.scorer.classes
-        positive = code[bench[-1]] if len(bench) == 2 else None
-        return y_codes, trained, len(labels), positive
-
-    def _code_scores(self, predicted: np.ndarray) -> np.ndarray:
-        """accuracy or f1 of predicted class indices (into `self.classes`, one column per
-        coalition; binomial: booleans), on codes of the labels of the benchmark and the
-        training rows."""
-        y_codes, trained, labels, positive = self._label_codes
-        if self.scorer.metric.name == "accuracy":
-            # Equality is all accuracy asks: the benchmark's labels as indices into
-            # `self.classes` (-1: a class not trained on) spare a code per prediction.
-            index = np.full(labels, -1, dtype=np.intp)
-            index[trained] = np.arange(len(trained))
-            return code_columns("accuracy", index[y_codes], predicted, labels, positive)
-        picked = trained[np.asarray(predicted, dtype=np.intp)]
-        return code_columns(self.scorer.metric.name, y_codes, picked, labels, positive)
+    def _present(self, members: Sequence[int]) -> list[Any]:
+        """The classes of the parts `members`: every class when one of them holds every class
+        (the accepted rows, as a rule), without a union of label sets per coalition."""
+        if any(self.part_classes[i] >= self._every_class for i in members):
+            return list(self.classes)
+        return sorted_labels(set().union(*(self.part_classes[i] for i in members)))
 
     def _predictions(self, coalition: frozenset[int]) -> Predictions:
         members = self._members(coalition)
@@ -417,6 +341,22 @@ class SurrogateGame:
         gain = score - self.score_without
         sign = 1.0 if self.higher_is_better else -1.0
         return sign * gain / self.denominator * 100.0
+
+
+def _label_set(labels: np.ndarray) -> set[Any]:
+    """The distinct labels of a part, as Python values (integers by a sort, not per row)."""
+    if labels.dtype.kind in "iu":
+        return set(np.unique(labels).tolist())
+    return set(labels.tolist())
+
+
+def _integer_labels(labels: list[Any]) -> np.ndarray | None:
+    """`labels` as an integer array when every one is an integer (not a bool), else None."""
+    if labels and all(
+        isinstance(label, int | np.integer) and not isinstance(label, bool) for label in labels
+    ):
+        return np.asarray(labels, dtype=np.int64)
+    return None
 
 
 def _score(predictions: Predictions) -> float:

@@ -218,9 +218,16 @@ class _Game:
             self.prepare([coalition])
         return self.improvement(self.score(coalition))
 
-    def coalition_rows(self, coalitions: Sequence[Coalition]) -> int:
-        """Training rows the estimator's game would fit on, over `coalitions`."""
-        return sum(len(self.base) + sum(self.players[i].rows for i in c) for c in coalitions)
+    def within_rows(self, coalitions: Sequence[Coalition], budget: int) -> bool:
+        """Whether the estimator's game would fit on at most `budget` training rows over
+        `coalitions` (counted until they exceed it)."""
+        rows = [p.rows for p in self.players]  # a frame's length is a pandas call: once each
+        total, base = 0, len(self.base)
+        for coalition in coalitions:
+            total += base + sum(rows[i] for i in coalition)
+            if total > budget:
+                return False
+        return True
 
 
 def value_batch(
@@ -308,7 +315,7 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     exact = units <= settings.exact_max_players
     players = list(range(units))
     needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
-    if units == 1 or game.coalition_rows(needed) <= settings.coalition_row_budget:
+    if units == 1 or game.within_rows(needed, settings.coalition_row_budget):
         rounds = _play_rounds(game.value, game.prepare, units, settings, replay=False)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
     surrogate = SurrogateGame(

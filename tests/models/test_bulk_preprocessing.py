@@ -75,6 +75,17 @@ def test_the_demo_data_gets_the_pipelines_features_and_its_scaled_columns() -> N
     assert bulk.scaled.tolist() == [True] * len(numeric) + [False] * (bulk.fitted.shape[1] - 3)
 
 
+def test_a_column_of_ones_follows_the_features_when_asked() -> None:
+    fitted, other = _mixed(120, seed=3), _mixed(40, seed=4)
+    plain, with_ones = bulk_features(fitted, [other]), bulk_features(fitted, [other], ones=True)
+    assert plain is not None and with_ones is not None
+    for got, expected in zip(
+        [with_ones.fitted, *with_ones.others], [plain.fitted, *plain.others], strict=True
+    ):
+        np.testing.assert_array_equal(got, np.hstack([expected, np.ones((len(expected), 1))]))
+    assert with_ones.scaled.tolist() == plain.scaled.tolist()
+
+
 @pytest.mark.parametrize(
     ("frame", "text_columns"),
     [

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.rewards import surrogate
+from pipeline.rewards import surrogate_values
 from pipeline.rewards.surrogate import SurrogateGame
 from tests.rewards.test_surrogate_values import CASES
 
@@ -44,7 +44,7 @@ def test_values_in_slices_of_one_coalition_are_the_values_at_once(
         slices.append(len(betas))
         return chunk_scores(game, betas)
 
-    monkeypatch.setattr(surrogate, "CHUNK_CELLS", 1)
+    monkeypatch.setattr(surrogate_values, "CHUNK_CELLS", 1)
     monkeypatch.setattr(SurrogateGame, "_chunk_scores", counted)
     assert _values(case) == at_once  # the same codes: the same counts
     assert slices == [1] * len(COALITIONS)

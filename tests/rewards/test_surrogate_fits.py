@@ -16,7 +16,7 @@ from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.metrics import improvement_denominator
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe
-from pipeline.rewards import surrogate_fits
+from pipeline.rewards import anchored_passes, surrogate_fits
 from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, coalition_fits, objective_for
 from tests.support.valuation import CANCER, DIABETES, shuffled
@@ -130,7 +130,7 @@ def test_float32_passes_around_the_full_fit_land_where_float64_passes_do(
         )
 
     anchored = fits()
-    monkeypatch.setattr(surrogate_fits.Anchored, "of", classmethod(lambda cls, *args: None))
+    monkeypatch.setattr(anchored_passes.Anchored, "of", classmethod(lambda cls, *args: None))
     plain = fits()
     # Both stop within TOLERANCE of the fit; float32's sums left along the unseen directions
     # (about 5e-5 here) would be beyond.
@@ -139,3 +139,9 @@ def test_float32_passes_around_the_full_fit_land_where_float64_passes_do(
     x = game.x_bench
     eta = np.einsum("nd,cd->cn", x, anchored[:, 0]) - np.einsum("nd,cd->cn", x, plain[:, 0])
     assert np.max(np.abs(eta)) < 10 * surrogate_fits.TOLERANCE
+
+
+def test_the_binomial_loss_is_logaddexps() -> None:
+    eta = np.concatenate([np.linspace(-40.0, 40.0, 100_001), [-700.0, 0.0, 700.0]])
+    expected = np.logaddexp(0.0, eta)
+    np.testing.assert_allclose(surrogate_fits._softplus(eta), expected, rtol=4e-16, atol=4e-16)

@@ -1,6 +1,7 @@
 """A binomial surrogate's coalition values skip the benchmark rows whose class the full fit
 settles: each coalition's predicted classes are those of its own linear predictor on every row,
-however far its coefficients are from the full fit's."""
+however far its coefficients are from the full fit's, and its accuracy is the share of right
+answers over every row."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards import surrogate_values
 from pipeline.rewards.surrogate import SurrogateGame
 
 
@@ -29,3 +31,32 @@ def test_settled_rows_take_the_class_every_coalition_gives_them(spread: float) -
     full = game.full_fit[0]
     betas = full + np.random.default_rng(1).normal(0.0, spread, (40, len(full)))
     np.testing.assert_array_equal(game._positive(betas), (game.x_bench @ betas.T) > 0.0)
+
+
+@pytest.mark.parametrize("spread", [1e-4, 0.05, 5.0])
+def test_accuracy_from_the_open_rows_is_accuracy_over_every_row(spread: float) -> None:
+    frame = pd.DataFrame(churn_rows(3000, seed=6))
+    bench, base = frame.iloc[:1000], frame.iloc[1000:2000]
+    parts = [frame.iloc[start : start + 250] for start in range(2000, 3000, 250)]
+    scorer = BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="churned",
+        metric_name="accuracy",
+    )
+    game = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    full = game.full_fit[0]
+    betas = full + np.random.default_rng(2).normal(0.0, spread, (30, len(full)))
+    positive = (game.x_bench @ betas.T) > 0.0
+    every_row = np.mean(positive == game._truth_index[:, None], axis=0)
+    assert game._binomial_accuracy(betas).tolist() == every_row.tolist()  # the same floats
+
+
+def test_label_codes_by_search_are_the_lookups() -> None:
+    labels = [0, 3, 7]
+    values = np.array([7, 0, 3, 3, 0, 7], dtype=np.int64)
+    code = {label: i for i, label in enumerate(labels)}
+    assert surrogate_values._codes(values, labels, code).tolist() == [2, 0, 1, 1, 0, 2]
+    mixed = np.array([1, "1", 1.0], dtype=object)
+    assert surrogate_values._codes(mixed, [1, "1"], {1: 0, "1": 1}).tolist() == [0, 1, 0]
