@@ -39,7 +39,9 @@ estimator's smallest size runs first; then the case predicted cheapest (its fits
 from that estimator's measured fits as rows^k, k from the last two sizes and at least 1). A
 case that does not fit in what is left is skipped with the estimator's larger sizes, and their
 projections printed instead. Last line: `ratio: X` = the worst over the measured cases of
-(batch of 1, warm) / one fit (goal ≤ 1.3) and (batch of 16) / one fit / 3 (goal ≤ 1.0).
+(batch of 1, warm) / one fit (goal ≤ 1.3) and (batch of 16) / one fit / 3 (goal ≤ 1.0); the
+lines before it give each of the two worst figures against its own goal (`cost_batch_1_worst`,
+`cost_batch_16_worst`) and `cost_goals_met`.
 """
 
 from __future__ import annotations
@@ -164,14 +166,16 @@ def report(name: str, cpu: float, wall: float, valuation: Any, fit_cpu: float) -
     )
 
 
-def scale(args: argparse.Namespace, started: float, settings: ValuationSettings) -> list[float]:
+def scale(
+    args: argparse.Namespace, started: float, settings: ValuationSettings
+) -> list[tuple[str, float]]:
     """The cases, cheapest predicted first once each estimator's smallest size is measured, so
     that the budget covers as many as it can; an estimator's larger sizes are only predicted
     (and printed) once one of its sizes does not fit."""
     bench = pd.DataFrame(churn_rows(args.bench_rows, seed=1))
     fits: dict[str, list[tuple[int, float]]] = {e: [] for e in args.estimators}
     pending = {e: list(args.sizes) for e in args.estimators}
-    worst: list[float] = []
+    worst: list[tuple[str, float]] = []
     while any(pending.values()):
         cost, estimator = min(
             (case_seconds(fits[e], pending[e][0], len(args.batches))[0], e)
@@ -188,9 +192,9 @@ def scale(args: argparse.Namespace, started: float, settings: ValuationSettings)
         ratios = run_case(size, estimator, bench, args.batches, settings)
         fits[estimator].append((size, ratios["fit_wall"]))
         if "1" in ratios:
-            worst.append(ratios["1"])
+            worst.append(("1", ratios["1"]))
         if "16" in ratios:
-            worst.append(ratios["16"] / 3)
+            worst.append(("16", ratios["16"] / 3))
     return worst
 
 
@@ -417,7 +421,16 @@ def main() -> None:
         sensitivity(args, engine)
     print(f"total_wall_seconds: {time.perf_counter() - started:.0f}")
     if worst:
-        print(f"ratio: {max(worst):.3f}")
+        # The two goals differ (1.3 and 1.0), so the single `ratio:` alone does not say
+        # whether both are met.
+        met = True
+        for batch, goal in (("1", 1.3), ("16", 1.0)):
+            figures = [value for kind, value in worst if kind == batch]
+            if figures:
+                met = met and max(figures) <= goal
+                print(f"cost_batch_{batch}_worst: {max(figures):.3f} (goal <= {goal})")
+        print(f"cost_goals_met: {'yes' if met else 'no'}")
+        print(f"ratio: {max(value for _, value in worst):.3f}")
 
 
 if __name__ == "__main__":
