@@ -17,17 +17,7 @@ from pipeline.rewards.surrogate import SurrogateGame
 
 @pytest.mark.parametrize("spread", [1e-12, 1e-4, 0.05, 0.5, 5.0])
 def test_settled_rows_take_the_class_every_coalition_gives_them(spread: float) -> None:
-    frame = pd.DataFrame(churn_rows(3000, seed=4))
-    bench, base = frame.iloc[:1000], frame.iloc[1000:2000]
-    parts = [frame.iloc[start : start + 250] for start in range(2000, 3000, 250)]
-    scorer = BenchmarkScorer(
-        bench,
-        task_type="classification",
-        estimator="logistic_regression",
-        target_column="churned",
-        metric_name="accuracy",
-    )
-    game = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    game = _churn_game(seed=4)
     full = game.full_fit[0]
     betas = full + np.random.default_rng(1).normal(0.0, spread, (40, len(full)))
     np.testing.assert_array_equal(game._positive(betas), (game.x_bench @ betas.T) > 0.0)
@@ -35,17 +25,7 @@ def test_settled_rows_take_the_class_every_coalition_gives_them(spread: float) -
 
 @pytest.mark.parametrize("spread", [1e-4, 0.05, 5.0])
 def test_accuracy_from_the_open_rows_is_accuracy_over_every_row(spread: float) -> None:
-    frame = pd.DataFrame(churn_rows(3000, seed=6))
-    bench, base = frame.iloc[:1000], frame.iloc[1000:2000]
-    parts = [frame.iloc[start : start + 250] for start in range(2000, 3000, 250)]
-    scorer = BenchmarkScorer(
-        bench,
-        task_type="classification",
-        estimator="logistic_regression",
-        target_column="churned",
-        metric_name="accuracy",
-    )
-    game = SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+    game = _churn_game(seed=6)
     full = game.full_fit[0]
     betas = full + np.random.default_rng(2).normal(0.0, spread, (30, len(full)))
     positive = (game.x_bench @ betas.T) > 0.0
@@ -60,3 +40,19 @@ def test_label_codes_by_search_are_the_lookups() -> None:
     assert surrogate_values._codes(values, labels, code).tolist() == [2, 0, 1, 1, 0, 2]
     mixed = np.array([1, "1", 1.0], dtype=object)
     assert surrogate_values._codes(mixed, [1, "1"], {1: 0, "1": 1}).tolist() == [0, 1, 0]
+
+
+def _churn_game(seed: int) -> SurrogateGame:
+    """Logistic regression's surrogate on demo churn rows: 1,000 benchmark rows, 1,000
+    accepted, four parts of 250."""
+    frame = pd.DataFrame(churn_rows(3000, seed=seed))
+    bench, base = frame.iloc[:1000], frame.iloc[1000:2000]
+    parts = [frame.iloc[start : start + 250] for start in range(2000, 3000, 250)]
+    scorer = BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="churned",
+        metric_name="accuracy",
+    )
+    return SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
