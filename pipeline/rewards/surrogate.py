@@ -351,11 +351,15 @@ def _label_set(labels: np.ndarray) -> set[Any]:
 
 
 def _integer_labels(labels: list[Any]) -> np.ndarray | None:
-    """`labels` as an integer array when every one is an integer (not a bool), else None."""
+    """`labels` as an integer array when every one is an int64 integer (not a bool), else
+    None (a uint64 label of 2^63 or more is looked up as any other value)."""
     if labels and all(
         isinstance(label, int | np.integer) and not isinstance(label, bool) for label in labels
     ):
-        return np.asarray(labels, dtype=np.int64)
+        try:
+            return np.asarray(labels, dtype=np.int64)
+        except OverflowError:
+            return None
     return None
 
 

@@ -54,6 +54,10 @@ ANCHOR_TOLERANCE = 1e-3
 # The anchor's first Newton steps run on every stride-th row, the stride leaving about this
 # many rows (`anchor_fit`): they only bring it near the fit, and cost a tenth as much there.
 ANCHOR_SAMPLE_ROWS = 2048
+# ... unless the sample holds fewer rows than this of some class (or of its absence): a rare
+# class the stride misses drives the sample's unpenalised intercept towards -inf, a start from
+# which Newton's steps on every row run away (churn rows with 3 positives in 11,000 did).
+ANCHOR_SAMPLE_CLASS_ROWS = 10
 # A coalition's chord pass runs in float32 while its last step was at least this large: such a
 # pass costs about a third of a float64 one, and its rounding (a few 1e-7 on a coefficient)
 # is far below the step. The passes that end the iterations, and so set the fit, are float64.
@@ -230,11 +234,17 @@ def logistic_fit(
     `tolerance` (`ANCHOR_TOLERANCE` for the coalitions' anchor)."""
     outputs, dims = parts[0].y.shape[1], parts[0].x.shape[1]
     pen_rows = _full_penalty(pen, outputs)
-    beta = np.zeros((outputs, dims)) if start is None else start.copy()
+    beta = np.zeros((outputs, dims))
     # Each part's linear predictors at `beta`, from the loss's evaluation: the gradient and
     # Hessian there take them, and the probabilities once, instead of a product each.
-    etas = [p.x @ beta.T for p in parts]
+    etas = [np.zeros((len(p.x), outputs)) for p in parts]
     loss = _loss(parts, etas, beta, pen_rows)
+    if start is not None:
+        # A start no better than zero is not used: Newton's steps from it can run away.
+        start_etas = [p.x @ start.T for p in parts]
+        start_loss = _loss(parts, start_etas, start, pen_rows)
+        if start_loss < loss:
+            beta, etas, loss = start.copy(), start_etas, start_loss
     last = math.inf  # the last full step's size
     for _ in range(NEWTON_STEPS):
         proba = [probabilities(eta) for eta in etas]
@@ -246,12 +256,14 @@ def logistic_fit(
         scale = 1.0
         while scale > 1e-4:
             trial = beta + scale * step
-            etas = [p.x @ trial.T for p in parts]
-            trial_loss = _loss(parts, etas, trial, pen_rows)
+            trial_etas = [p.x @ trial.T for p in parts]
+            trial_loss = _loss(parts, trial_etas, trial, pen_rows)
             if trial_loss <= loss + 1e-12 * abs(loss):
                 break
             scale /= 2
-        beta, loss = trial, trial_loss
+        else:
+            break  # no step lowers the loss: `beta` is as far as Newton gets (a step up diverges)
+        beta, loss, etas = trial, trial_loss, trial_etas
         size = float(np.max(np.abs(scale * step)))
         # Full Newton steps near the fit converge quadratically (a step a tenth of the last
         # or less): the next is about size³ / last², and below TOLERANCE it need not be taken
@@ -275,7 +287,11 @@ def anchor_fit(parts: Sequence[LogisticPart], pen: np.ndarray) -> np.ndarray:
             np.concatenate([part.y[::stride] for part in parts]),
             np.concatenate([part.weight[::stride] for part in parts]) * stride,
         )
-        start = logistic_fit([thin], pen, tolerance=ANCHOR_TOLERANCE)
+        counts = thin.y.sum(axis=0)
+        if counts.min() >= ANCHOR_SAMPLE_CLASS_ROWS and (
+            thin.y.shape[1] > 1 or len(thin.y) - counts[0] >= ANCHOR_SAMPLE_CLASS_ROWS
+        ):
+            start = logistic_fit([thin], pen, tolerance=ANCHOR_TOLERANCE)
     return logistic_fit(parts, pen, start=start, tolerance=ANCHOR_TOLERANCE)
 
 
@@ -336,6 +352,8 @@ def coalition_fits(
     anchored = start.anchored
     last = np.full(len(coalitions), np.inf)  # each coalition's last step (largest change)
     for step in range(CHORD_STEPS):
+        if not len(active):
+            break  # every coalition's chord matrix singular: each takes Newton's steps below
         coarse = last[active] >= COARSE_STEP
         gradients = from_full[active]
         if step and anchored is not None:

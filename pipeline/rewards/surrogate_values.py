@@ -95,7 +95,10 @@ class BulkValues:
         eta_full, x_abs = self._bench_at_full
         reach = x_abs @ np.max(np.abs(betas - full), axis=0)
         margin = 1e-9 * (x_abs @ np.abs(full) + reach)
-        open_rows = np.flatnonzero(np.abs(eta_full) <= reach + margin)
+        if not np.isfinite(margin).all():  # a NaN coefficient settles nothing: every row open
+            open_rows = np.arange(len(eta_full))
+        else:
+            open_rows = np.flatnonzero(np.abs(eta_full) <= reach + margin)
         return open_rows, (self.x_bench[open_rows] @ betas.T) > 0.0
 
     def _binomial_accuracy(self, betas: np.ndarray) -> np.ndarray:
@@ -164,8 +167,12 @@ def _codes(values: np.ndarray, labels: list[Any], code: dict[Any, int]) -> np.nd
     if values.dtype.kind in "iu" and all(
         isinstance(label, int | np.integer) and not isinstance(label, bool) for label in labels
     ):
-        known = np.asarray(labels, dtype=np.int64)
-        positions = np.minimum(np.searchsorted(known, values), len(known) - 1)
-        if np.array_equal(known[positions], values):
-            return np.asarray(positions, dtype=np.intp)
+        try:
+            known = np.asarray(labels, dtype=np.int64)
+        except OverflowError:  # a uint64 label of 2^63 or more: looked up below
+            known = None
+        if known is not None:
+            positions = np.minimum(np.searchsorted(known, values), len(known) - 1)
+            if np.array_equal(known[positions], values):
+                return np.asarray(positions, dtype=np.intp)
     return np.asarray([code[v] for v in values.tolist()], dtype=np.intp)

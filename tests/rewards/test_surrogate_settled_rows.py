@@ -56,3 +56,28 @@ def _churn_game(seed: int) -> SurrogateGame:
         metric_name="accuracy",
     )
     return SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
+
+
+def test_uint64_labels_beyond_int64_are_valued_as_any_labels() -> None:
+    frame = pd.DataFrame(churn_rows(3000, seed=4))
+    coalitions = [frozenset({0}), frozenset({0, 1}), frozenset({0, 1, 2, 3})]
+
+    def values(labels: tuple[int, int], dtype: type) -> list[float]:
+        relabelled = frame.assign(
+            churned=np.where(frame["churned"].astype(bool), labels[1], labels[0]).astype(dtype)
+        )
+        scorer = BenchmarkScorer(
+            relabelled.iloc[:1000],
+            task_type="classification",
+            estimator="logistic_regression",
+            target_column="churned",
+            metric_name="accuracy",
+        )
+        parts = [relabelled.iloc[start : start + 250] for start in range(2000, 3000, 250)]
+        game = SurrogateGame(
+            scorer, relabelled.iloc[1000:2000], parts, max_base_rows=10_000, higher_is_better=True
+        )
+        game.prepare(coalitions)
+        return [game.value(c) for c in coalitions]
+
+    assert values((5, 2**63 + 1), np.uint64) == values((0, 1), np.int64)
