@@ -107,8 +107,8 @@ class Anchored:
 
 
 # Within ±PADE_LIMIT, tanh(h) is taken as h (15 + h²) / (15 + 6 h²), its continued fraction
-# cut after the third term: relative error below 1.6e-7 (float64; 2.9e-7 in float32, about two
-# units of the last place), for 8 elementwise operations a cell with the difference's own
+# cut after the third term: relative error below 1.6e-7 (float64; 3.5e-7 in float32, under
+# three units of the last place), for 8 elementwise operations a cell with the difference's own
 # division where the series to the 9th power took 13.
 PADE_LIMIT = 0.25
 
