@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards import surrogate_fits
 from pipeline.rewards.surrogate import SurrogateGame
 from pipeline.rewards.surrogate_fits import LogisticPart, coalition_fits, logistic_fit
+from tests.support.valuation import churn_scorer
 
 COALITIONS = [frozenset({0}), frozenset({0, 1}), frozenset({1, 2}), frozenset({0, 1, 2, 3})]
 
@@ -22,13 +22,7 @@ def _rare_positives_game() -> SurrogateGame:
     frame = pd.DataFrame(churn_rows(14_000, seed=4))
     frame["churned"] = 0
     frame.loc[[1001, 5003, 9002, 10, 20, 30, 40, 12001, 13002], "churned"] = 1
-    scorer = BenchmarkScorer(
-        frame.iloc[:1000],
-        task_type="classification",
-        estimator="logistic_regression",
-        target_column="churned",
-        metric_name="accuracy",
-    )
+    scorer = churn_scorer(frame.iloc[:1000])
     parts = [frame.iloc[start : start + 500] for start in range(12_000, 14_000, 500)]
     game = SurrogateGame(
         scorer, frame.iloc[1000:12_000], parts, max_base_rows=100_000, higher_is_better=True

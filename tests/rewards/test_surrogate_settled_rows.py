@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards import surrogate_values
 from pipeline.rewards.surrogate import SurrogateGame
+from tests.support.valuation import churn_scorer
 
 
 @pytest.mark.parametrize("spread", [1e-12, 1e-4, 0.05, 0.5, 5.0])
@@ -48,13 +48,7 @@ def _churn_game(seed: int) -> SurrogateGame:
     frame = pd.DataFrame(churn_rows(3000, seed=seed))
     bench, base = frame.iloc[:1000], frame.iloc[1000:2000]
     parts = [frame.iloc[start : start + 250] for start in range(2000, 3000, 250)]
-    scorer = BenchmarkScorer(
-        bench,
-        task_type="classification",
-        estimator="logistic_regression",
-        target_column="churned",
-        metric_name="accuracy",
-    )
+    scorer = churn_scorer(bench)
     return SurrogateGame(scorer, base, parts, max_base_rows=10_000, higher_is_better=True)
 
 
@@ -66,13 +60,7 @@ def test_uint64_labels_beyond_int64_are_valued_as_any_labels() -> None:
         relabelled = frame.assign(
             churned=np.where(frame["churned"].astype(bool), labels[1], labels[0]).astype(dtype)
         )
-        scorer = BenchmarkScorer(
-            relabelled.iloc[:1000],
-            task_type="classification",
-            estimator="logistic_regression",
-            target_column="churned",
-            metric_name="accuracy",
-        )
+        scorer = churn_scorer(relabelled.iloc[:1000])
         parts = [relabelled.iloc[start : start + 250] for start in range(2000, 3000, 250)]
         game = SurrogateGame(
             scorer, relabelled.iloc[1000:2000], parts, max_base_rows=10_000, higher_is_better=True

@@ -8,6 +8,7 @@ import pandas as pd
 from sklearn.datasets import load_breast_cancer, load_diabetes
 
 from pipeline.core.db import Database
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.registry import ModelDefinition, register_model
 
 
@@ -56,3 +57,14 @@ def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         {k: (int(v) if k == "target" and integral else float(v)) for k, v in r.items()}
         for r in records
     ]
+
+
+def churn_scorer(bench: pd.DataFrame) -> BenchmarkScorer:
+    """Logistic regression scored by accuracy on demo churn benchmark rows."""
+    return BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="churned",
+        metric_name="accuracy",
+    )
