@@ -28,7 +28,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from pipeline.models.estimators import Recipe
 from pipeline.rewards import valuation
 from pipeline.rewards.surrogate import SurrogateGame
-from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, Objective
+from pipeline.rewards.surrogate_objective import STAND_IN_PENALTY, Objective
 
 BINS = 16
 PENALTY = 10.0

@@ -64,6 +64,7 @@ def _scenarios(
     """(data name, players, scenario, seed, higher is better): the faithfulness table's small
     data sets when `accepted` is 0, else demo churn at `accepted` rows as `measure_scale`."""
     estimators = FAMILIES[family]
+    data_sets = [] if accepted else datasets(estimators)  # loaded once, not per scenario
     for players in sizes:
         for seed in range(first_seed, first_seed + seeds):
             if accepted:
@@ -72,7 +73,7 @@ def _scenarios(
                 )
                 yield f"churn {accepted:,} accepted", players, built, seed, True
                 continue
-            for data in datasets(estimators):
+            for data in data_sets:
                 built = scenario(data, players, 1000 * players + seed)
                 yield data.name, players, built, seed, data.metric != "rmse"
 

@@ -50,17 +50,16 @@ from pipeline.rewards.surrogate_fits import (
     AtFullFit,
     LogisticPart,
     Moments,
-    Objective,
     anchor_fit,
     coalition_fits,
     coalition_penalties,
     coalition_penalty,
     least_squares,
     logistic_fit,
-    objective_for,
     part_hessians,
     probabilities,
 )
+from pipeline.rewards.surrogate_objective import Objective, objective_for
 from pipeline.rewards.surrogate_values import BulkValues
 
 SAMPLE_SEED = 11

@@ -33,12 +33,6 @@ import numpy as np
 
 from pipeline.rewards.anchored_passes import CHUNK_CELLS, Anchored
 
-# The objective's choice lives in its own module; imported from here as before.
-from pipeline.rewards.surrogate_objective import MIN_LOGISTIC_PENALTY as MIN_LOGISTIC_PENALTY
-from pipeline.rewards.surrogate_objective import STAND_IN_PENALTY as STAND_IN_PENALTY
-from pipeline.rewards.surrogate_objective import Objective as Objective
-from pipeline.rewards.surrogate_objective import objective_for as objective_for
-
 # Softmax intercepts are determined only up to a common shift: a vanishing penalty fixes it.
 INTERCEPT_PENALTY = 1e-6
 NEWTON_STEPS = 50

@@ -18,7 +18,8 @@ from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe
 from pipeline.rewards import anchored_passes, surrogate_fits
 from pipeline.rewards.surrogate import SurrogateGame
-from pipeline.rewards.surrogate_fits import STAND_IN_PENALTY, coalition_fits, objective_for
+from pipeline.rewards.surrogate_fits import coalition_fits
+from pipeline.rewards.surrogate_objective import STAND_IN_PENALTY, objective_for
 from tests.support.valuation import CANCER, DIABETES, shuffled
 
 WINE = shuffled(load_wine(as_frame=True).frame)
