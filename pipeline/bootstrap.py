@@ -21,7 +21,6 @@ from pipeline.auth.ratelimit import KeyRateLimiter
 from pipeline.auth.verification import KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.migrate import upgrade
 from pipeline.core.tempfiles import sweep
 from pipeline.intake.receiving import UPLOAD_DIR_PREFIX, upload_tmp_root
 from pipeline.models.registry import seed_demo_models
@@ -109,6 +108,10 @@ class Services:
 
 
 def prepare_store(settings: Settings) -> None:
+    # Alembic (with Mako and Pygments, about 12 MB) is imported here only: an API process,
+    # whose store `marketplace serve` prepares in a child, never holds it.
+    from pipeline.core.migrate import upgrade
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url)
     with Services(settings) as services:
