@@ -71,6 +71,10 @@ class FingerprintJob:
         self._cancel = threading.Event()
         self._summary: FingerprintSummary | None = None
         self._error: BaseException | None = None
+        # Rows the builder has taken from its source, across restarts: written by the job's
+        # thread only, under the lock, so another thread reads a current count (`rows_taken`).
+        self._rows_taken = 0
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="upload-fingerprints", daemon=True)
 
     def start(self) -> None:
@@ -79,6 +83,13 @@ class FingerprintJob:
     def cancel(self) -> None:
         """Stop at the next batch; the caller still joins (`join`) before removing `out`."""
         self._cancel.set()
+
+    @property
+    def rows_taken(self) -> int:
+        """How many rows of the file the job has read so far (counted again after a restart):
+        above zero before the last byte shows the job works while the upload arrives."""
+        with self._count_lock:
+            return self._rows_taken
 
     def join(self) -> None:
         if self._thread.ident is not None:
@@ -119,6 +130,8 @@ class FingerprintJob:
             for batch in source():
                 if self._cancel.is_set():
                     raise FingerprintCancelled
+                with self._count_lock:
+                    self._rows_taken += batch.num_rows
                 yield batch
 
         return batches

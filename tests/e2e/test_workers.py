@@ -1,6 +1,7 @@
 """`marketplace serve --workers 2` on PostgreSQL + Redis (issue 19): concurrent requests on two
 worker processes never store a contribution twice and never count a quota or a rate limit
-twice. Each request goes over a connection whose accepting worker is read from /proc, so both
+twice, and the supervisor opens no database or Redis connection its workers would inherit.
+Each request goes over a connection whose accepting worker is read from /proc, so both
 workers are known to take part."""
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, select, text
 
 from pipeline.auth.sessions import issue_token
 from pipeline.core.config import Settings
@@ -28,7 +30,12 @@ from tests.support.processes import (
     start_serve,
     started_processes,
 )
-from tests.support.workers import Connection, connections_per_worker, worker_pids
+from tests.support.workers import (
+    Connection,
+    connections_per_worker,
+    established_to,
+    worker_pids,
+)
 
 # One xdist worker runs the whole module, so its two-worker server (module fixture) starts once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("api-workers")]
@@ -52,11 +59,18 @@ def scratch_database() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def serve_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's folder: its log, and its data dir `data` (the embedded object store's)."""
+    return tmp_path_factory.mktemp("workers")
+
+
+@pytest.fixture(scope="module")
 def workers(
-    scratch_database: str, tmp_path_factory: pytest.TempPathFactory
+    scratch_database: str, serve_dir: Path
 ) -> Iterator[tuple[str, int, dict[int, list[Connection]]]]:
-    """Two workers, and three kept-alive connections on each (host, port, {pid: connections})."""
-    tmp_path = tmp_path_factory.mktemp("workers")
+    """Two workers, and three kept-alive connections on each (database URL, supervisor pid,
+    {worker pid: connections})."""
+    tmp_path = serve_dir
     env = {
         "DATABASE_URL": scratch_database,
         "REDIS_URL": REDIS_URL,
@@ -117,10 +131,21 @@ def spread(held: dict[int, list[Connection]]) -> list[Connection]:
     return [conn for row in zip(*columns, strict=True) for conn in row]
 
 
+def stored_objects(serve_dir: Path) -> set[str]:
+    """The keys of the dataset objects in the server's embedded (local folder) object store,
+    leftover temp files included: `datasets/{model_id}/{version}/{filename}`."""
+    objects = Settings(marketplace_data_dir=serve_dir / "data").objects_dir
+    root = objects / "datasets"
+    if not root.exists():
+        return set()
+    return {path.relative_to(objects).as_posix() for path in root.rglob("*") if path.is_file()}
+
+
 def test_the_same_idempotency_key_on_both_workers_stores_one_contribution(
-    workers: tuple[str, int, dict[int, list[Connection]]],
+    workers: tuple[str, int, dict[int, list[Connection]]], serve_dir: Path
 ) -> None:
     database_url, _, held = workers
+    before = stored_objects(serve_dir)
     token = issue_token(Settings(jwt_secret=SecretStr(JWT_SECRET)), "twice")
     keys = [f"retry-{uuid.uuid4().hex[:8]}" for _ in range(4)]
     conns = spread(held)
@@ -139,16 +164,18 @@ def test_the_same_idempotency_key_on_both_workers_stores_one_contribution(
             stored = session.scalars(
                 select(Contribution).where(Contribution.idempotency_key.in_(keys))
             ).all()
-            versions = session.scalar(
-                select(func.count())
-                .select_from(DatasetVersion)
+            versions = session.scalars(
+                select(DatasetVersion.object_key)
                 .join(Contribution, Contribution.dataset_version_id == DatasetVersion.id)
                 .where(Contribution.idempotency_key.in_(keys))
-            )
+            ).all()
     finally:
         db.dispose()
     assert sorted(c.idempotency_key for c in stored) == sorted(keys)
-    assert versions == len(keys)
+    assert len(versions) == len(keys)
+    # One object per key in the store, the one its version row names: a racing request that
+    # lost to the first wrote its own version's object, which must be gone (not orphaned).
+    assert stored_objects(serve_dir) - before == set(versions)
 
 
 def _create_key(conn: Connection, **fields: Any) -> str:
@@ -204,3 +231,19 @@ def test_every_worker_took_part(workers: tuple[str, int, dict[int, list[Connecti
     _, supervisor, held = workers
     assert sorted(held) == worker_pids(supervisor)
     assert all(len(conns) == 3 for conns in held.values())
+
+
+def test_the_supervisor_holds_no_database_or_redis_connection(
+    workers: tuple[str, int, dict[int, list[Connection]]],
+) -> None:
+    """`serve --workers N` creates its pools and clients in each worker, none before the spawn:
+    a supervisor's connection would be idle for the server's lifetime, or shared by workers."""
+    _, supervisor, held = workers
+    ports = {PG_PORT, urlsplit(REDIS_URL).port or 6379}
+    key = _create_key(spread(held)[0], service_id="platform", rate_limit_per_hour=100)
+    for conns in held.values():  # each worker reads the key (PostgreSQL), counts it (Redis)
+        status, body = conns[0].request("GET", "/api/v1/whoami", Authorization=f"Bearer {key}")
+        assert status == 200, body
+    for pid in held:
+        assert set(established_to(pid, ports)) == ports, pid  # so the check below can fail
+    assert established_to(supervisor, ports) == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -100,13 +101,16 @@ def test_streamed_fingerprints_are_the_sequential_builders_byte_for_byte(
 ) -> None:
     data = file_bytes(file_format, benchmark_table())
     assert file_format == PARQUET or data.count(b"\n") > 2 * ROWS  # newlines inside values
+    last = len(data) - 3000
     with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=None) as intake:
         intake.plan_fingerprints(PLAN)
-        for start in range(0, len(data), 3000):
-            intake.write(data[start : start + 3000])
-            if file_format == CSV and start > 128 * 1024:
-                # Started on the header, long before the last byte.
-                assert intake.fingerprint_job is not None
+        for start in range(0, last, 3000):
+            intake.write(data[start : min(start + 3000, last)])
+        if file_format == CSV:
+            # Issue 19: the job has fingerprinted rows before the last byte has arrived, not
+            # merely started (a job waiting for `finish` would take none).
+            assert taken_before_the_end(intake) > 0
+        intake.write(data[last:])
         received = intake.finish()
         job = intake.fingerprint_job
         assert job is not None
@@ -115,6 +119,17 @@ def test_streamed_fingerprints_are_the_sequential_builders_byte_for_byte(
         expected = sequential(received.path, file_format, received.profile.columns, tmp_path)
     assert summary.rows == ROWS // 3  # the evaluation split only
     assert streamed == expected
+
+
+def taken_before_the_end(intake: DatasetIntake, timeout: float = 30.0) -> int:
+    """The rows the intake's job has taken, once above zero or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = intake.fingerprint_job
+        taken = 0 if job is None else job.rows_taken
+        if taken > 0 or time.monotonic() > deadline:
+            return taken
+        time.sleep(0.01)
 
 
 TYPED_PLAN = FingerprintPlan(TARGET, ("calls", "fiber", "plan"), "test", "classification")

@@ -117,3 +117,36 @@ def connections_per_worker(
             else:
                 conn.close()
     return found
+
+
+# A TCP state in /proc/net/tcp: 01 is ESTABLISHED.
+_ESTABLISHED = "01"
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` has open (from its /proc/<pid>/fd links)."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for name in os.listdir(fd_dir):  # an OSError if `pid` is gone: the caller's test fails
+        try:
+            link = os.readlink(fd_dir / name)
+        except OSError:  # closed since listed
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link.removeprefix("socket:[").removesuffix("]"))
+    return inodes
+
+
+def established_to(pid: int, remote_ports: set[int]) -> dict[int, int]:
+    """How many established TCP connections process `pid` holds to each of `remote_ports`
+    (ports it holds none to are left out): its socket inodes matched to the namespace's TCP
+    tables, where the connection's far end is one of the ports."""
+    inodes = _socket_inodes(pid)
+    held: dict[int, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port in remote_ports and fields[3] == _ESTABLISHED and fields[9] in inodes:
+                held[remote_port] = held.get(remote_port, 0) + 1
+    return held
