@@ -27,6 +27,7 @@ from pipeline.sandbox.runs import SandboxRun
 
 TRAINER_LABEL = {"app.kubernetes.io/name": "marketplace-trainer"}
 RUN_VOLUME = "trainer-runs"
+TMP_VOLUME = "tmp"
 # Memory the launcher and the interpreter need beside the trainer's own limit.
 POD_MEMORY_HEADROOM_MB = 256
 POD_DEADLINE_GRACE_SECONDS = 60
@@ -69,7 +70,7 @@ class PipesTrainerRunner:
             command=run.command,
             namespace=self.settings.trainer_k8s_namespace,
             base_pod_meta={"labels": TRAINER_LABEL},
-            base_pod_spec=trainer_pod_spec(self.settings, run.dir),
+            base_pod_spec=trainer_pod_spec(self.settings, run.dir, owner_of(run.dir)),
         )
 
 
@@ -85,9 +86,27 @@ def k8s_client(settings: Settings) -> Any:
     return PipesK8sClient()
 
 
-def trainer_pod_spec(settings: Settings, run_dir: Path) -> dict[str, Any]:
-    """The trainer pod: limits from the settings, no service-account token, non-root with no
-    capabilities, and only its own run folder of the shared volume mounted."""
+def owner_of(run_dir: Path) -> tuple[int, int]:
+    """The user and group that made a run folder (the run worker's)."""
+    status = run_dir.stat()
+    return status.st_uid, status.st_gid
+
+
+def trainer_pod_spec(settings: Settings, run_dir: Path, owner: tuple[int, int]) -> dict[str, Any]:
+    """The trainer pod: limits from the settings, no service-account token, no capabilities,
+    only its own run folder of the shared volume mounted, and an empty /tmp of its own.
+
+    It runs as `owner`, the run folder's maker: the folder is private to that user (mode
+    0700), and the pod sees no other file of the share. A run worker running as root is
+    refused: the trainer pod must not run as root.
+    """
+    user, group = owner
+    if user == 0:
+        raise dg.Failure(
+            "TRAINER_PIPES_CLIENT=k8s: the run worker runs as root, and the trainer pod runs as "
+            "the run folder's owner, never as root; run the code location as a non-root user "
+            "(deploy/Dockerfile's 10001)"
+        )
     memory = f"{settings.trainer_memory_mb + POD_MEMORY_HEADROOM_MB}Mi"
     mount = settings.trainer_k8s_volume_mount
     return {
@@ -97,15 +116,17 @@ def trainer_pod_spec(settings: Settings, run_dir: Path) -> dict[str, Any]:
         "activeDeadlineSeconds": settings.trainer_wall_seconds + POD_DEADLINE_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "runAsGroup": 65534,
+            "runAsUser": user,
+            "runAsGroup": group,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [
             {
                 "name": RUN_VOLUME,
                 "persistentVolumeClaim": {"claimName": settings.trainer_k8s_volume_claim},
-            }
+            },
+            # The root filesystem is read-only; owner code's `tempfile` writes here.
+            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": f"{settings.trainer_file_size_mb}Mi"}},
         ],
         "containers": [
             {
@@ -128,7 +149,8 @@ def trainer_pod_spec(settings: Settings, run_dir: Path) -> dict[str, Any]:
                         "name": RUN_VOLUME,
                         "mountPath": str(run_dir),
                         "subPath": str(run_dir.relative_to(mount)),
-                    }
+                    },
+                    {"name": TMP_VOLUME, "mountPath": "/tmp"},
                 ],
             }
         ],

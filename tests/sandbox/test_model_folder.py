@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
-from assets.trainers import k8s_client, trainer_network_policy, trainer_pod_spec
+from assets.trainers import k8s_client, owner_of, trainer_network_policy, trainer_pod_spec
 from pipeline.core.config import ConfigError, Settings, load_settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
@@ -165,7 +166,7 @@ def k8s_settings() -> Settings:
 def test_trainer_pod_has_limits_no_token_and_only_its_run_folder() -> None:
     settings = k8s_settings()
     run_dir = settings.trainer_k8s_volume_mount / "mk-trainer-abc"
-    spec = trainer_pod_spec(settings, run_dir)
+    spec = trainer_pod_spec(settings, run_dir, (10001, 10001))
     assert spec["automountServiceAccountToken"] is False
     assert spec["activeDeadlineSeconds"] == 660
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -174,11 +175,29 @@ def test_trainer_pod_has_limits_no_token_and_only_its_run_folder() -> None:
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["volumeMounts"] == [
-        {"name": "trainer-runs", "mountPath": str(run_dir), "subPath": "mk-trainer-abc"}
+        {"name": "trainer-runs", "mountPath": str(run_dir), "subPath": "mk-trainer-abc"},
+        {"name": "tmp", "mountPath": "/tmp"},
     ]
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": f"{settings.trainer_file_size_mb}Mi"}
     policy = trainer_network_policy(settings.trainer_k8s_namespace)
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert policy["spec"]["egress"] == [] and policy["spec"]["ingress"] == []
+
+
+def test_trainer_pod_runs_as_the_run_folders_owner_and_never_as_root(tmp_path: Path) -> None:
+    # The run folder is private to the run worker that made it (mode 0700): a pod of any
+    # other user could neither read its inputs nor write its predictions.
+    settings = k8s_settings()
+    run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    owner = owner_of(run_dir)
+    assert owner == (os.getuid(), os.getgid())
+    spec = trainer_pod_spec(settings, settings.trainer_k8s_volume_mount / "r", (1234, 99))
+    assert spec["securityContext"]["runAsUser"] == 1234
+    assert spec["securityContext"]["runAsGroup"] == 99
+    with pytest.raises(dg.Failure, match="runs as root"):
+        trainer_pod_spec(settings, settings.trainer_k8s_volume_mount / "r", (0, 0))
 
 
 def test_k8s_client_without_dagster_k8s_fails_clearly() -> None:
