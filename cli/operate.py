@@ -51,10 +51,14 @@ def _settings() -> Settings:
 
 def cmd_db_upgrade(_: argparse.Namespace) -> int:
     from pipeline.core.migrate import upgrade  # alembic: ~0.1 s
+    from pipeline.core.store_lock import store_preparation_lock
 
     settings = _settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.resolved_database_url)
+    url = settings.resolved_database_url
+    # Every replica's init container runs this at once: one migrates, the others wait for it.
+    with store_preparation_lock(url):
+        upgrade(url)
     print("database is at the latest revision")
     return 0
 

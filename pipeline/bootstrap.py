@@ -7,8 +7,9 @@ CLI work with; none of them builds a part itself. Settings are read when a calle
 location or the app reads no environment. The PII analyzer is not held here: it is one
 lazily built instance per process (`pipeline.checks.pii`), loaded on the first scan.
 
-`prepare_store` brings a store up to date on start (data dir, migrations, the demo model);
-`remove_abandoned_temp_files` removes what a process that died left behind.
+`prepare_store` brings a store up to date on start (data dir, migrations, the demo models), one
+process at a time (`pipeline.core.store_lock`); `remove_abandoned_temp_files` removes what a
+process that died left behind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipeline.auth.ratelimit import KeyRateLimiter
 from pipeline.auth.verification import KeyVerifier
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
+from pipeline.core.store_lock import store_preparation_lock
 from pipeline.core.tempfiles import sweep
 from pipeline.intake.receiving import UPLOAD_DIR_PREFIX, upload_tmp_root
 from pipeline.models.registry import seed_demo_models
@@ -113,11 +115,15 @@ def prepare_store(settings: Settings) -> None:
     from pipeline.core.migrate import upgrade
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.resolved_database_url)
-    with Services(settings) as services:
-        demo = seed_demo_models(services.db, services.store, settings.admin_user_id)
-        for model in demo:
-            log.info("registered demo model %s as id %s", model.name, model.id)
+    url = settings.resolved_database_url
+    # Other processes may be preparing the same store right now (every API replica, `dev` and a
+    # CLI command): the first migrates and registers the demo models, the next find it done.
+    with store_preparation_lock(url):
+        upgrade(url)
+        with Services(settings) as services:
+            demo = seed_demo_models(services.db, services.store, settings.admin_user_id)
+            for model in demo:
+                log.info("registered demo model %s as id %s", model.name, model.id)
 
 
 def remove_abandoned_temp_files(settings: Settings) -> int:

@@ -1,4 +1,9 @@
-"""Alembic wiring: apply the migrations in `pipeline/core/migrations` to the configured database."""
+"""Alembic wiring: apply the migrations in `pipeline/core/migrations` to the configured database.
+
+`upgrade` takes no lock: where other processes may migrate the same store at once, call it
+inside `pipeline.core.store_lock.store_preparation_lock`, as `prepare_store` and
+`marketplace db upgrade` do.
+"""
 
 from __future__ import annotations
 
