@@ -105,7 +105,7 @@ class OwnerTrainer:
                     return TrainerOutput(check_values(output, rows), None, cpu)
                 return TrainerOutput(check_labels(output, rows, y_true), None, cpu)
             except TrainerFailed as exc:
-                exc.stderr_tail = stderr_tail(run.dir / "stderr.txt")
+                exc.stderr_tail = stderr_tail(run.dir)
                 raise
         finally:
             run.close()

@@ -52,6 +52,8 @@ HARNESS = HERE / "harness.py"
 # The reason an evaluation of owner code fails with where bubblewrap is not installed.
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed"
 RUN_PREFIX = "mk-trainer-"
+# The trainer's writable folder inside a run folder.
+BOX = "box"
 # The bootstrap variables a Pipes client sets for the child; nothing else of the service's
 # environment reaches the sandbox.
 PIPES_ENV = ("DAGSTER_PIPES_CONTEXT", "DAGSTER_PIPES_MESSAGES")
@@ -207,7 +209,7 @@ class SandboxRun:
         self, job: TrainerJob, limits: SandboxLimits, isolation: str, root: Path | None = None
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=root)).resolve()
-        self.box = self.dir / "box"
+        self.box = self.dir / BOX
         self.limits = limits
         self.job = job
         try:

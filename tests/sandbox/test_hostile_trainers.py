@@ -10,6 +10,7 @@ import dataclasses
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.sandbox import runs
@@ -318,3 +319,25 @@ def test_the_weaker_fallback_still_clears_the_environment_and_limits_memory(
     )
     failed = failure(folder, isolation="none")
     assert failed.summary == f"memory limit of {LIMITS.memory_mb} MB exceeded (MemoryError)"
+
+
+def test_links_planted_in_the_box_are_not_followed(tmp_path: Path) -> None:
+    # A result and predictions only the service can read, outside the sandbox: linked to from
+    # the box, they would be read by the service as the trainer's own.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.save(outside / "predictions.npy", np.zeros(169, dtype=np.int64))
+    (outside / "result.json").write_text('{"ok": true}')
+    folder = write_folder(
+        tmp_path / "model",
+        f"""
+        import os
+
+        def fit(train, target):
+            box = os.environ["HOME"]
+            os.symlink({str(outside / "result.json")!r}, os.path.join(box, "result.json"))
+            os.symlink({str(outside / "predictions.npy")!r}, os.path.join(box, "predictions.npy"))
+            os._exit(0)
+        """,
+    )
+    assert failure(folder).summary == "the training code wrote no result"
