@@ -42,6 +42,7 @@ from urllib.parse import unquote
 
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.util import asbool
 
 from pipeline.core.db import make_engine
 
@@ -92,7 +93,7 @@ def sqlite_file(url: URL) -> str | None:
     then opens even `file:x` as a file of that name).
     """
     database = url.database or ""
-    if str(url.query.get("uri", "")).lower() not in {"true", "1"}:
+    if not asbool(url.query.get("uri", False)):  # as SQLAlchemy reads it
         return database if database and database != ":memory:" else None
     if not database.startswith("file:"):
         return database if database and database != ":memory:" else None
@@ -101,7 +102,7 @@ def sqlite_file(url: URL) -> str | None:
     path = database.removeprefix("file:")
     if path.startswith("//"):  # file://host/path: SQLite accepts only "" or "localhost"
         path = "/" + path[2:].partition("/")[2]
-    path = unquote(path)
+    path = unquote(path.partition("#")[0])
     # An empty name is a private temporary database: nothing else can reach it either.
     return path if path and path != ":memory:" else None
 
@@ -114,8 +115,10 @@ def sqlite_lock_path(database: str) -> Path:
 
 
 def _postgres_target(url: URL) -> str:
-    # The advisory lock is per database: server and database name identify it.
-    return f"postgresql://{url.host or ''}:{url.port or ''}/{url.database or ''}"
+    # The advisory lock is per database: server and database name identify it (a Unix socket
+    # may be named by the query's host).
+    host = url.host or url.query.get("host") or ""
+    return f"postgresql://{host}:{url.port or ''}/{url.database or ''}"
 
 
 @contextmanager
