@@ -13,14 +13,17 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from pipeline.core.store_lock import store_preparation_lock
+from pipeline.core.store_lock import LOCK_KEY, store_preparation_lock
 from pipeline.core.tables import Model
 from pipeline.models.registry import DEMO_MODELS, demo_definition
 from tests.conftest import PG_ADMIN_URL, PG_HOST, PG_PORT, require_service
@@ -37,13 +40,16 @@ with store_preparation_lock(sys.argv[1]):
 """
 PROCESSES = 3
 TIMEOUT = 300
+POSTGRES_ONLY = pytest.mark.parametrize("fresh_store", ["postgres"], indirect=True)
 
-# `marketplace ARGS` as on a loaded machine: a second longer between finding the database
-# unmigrated and creating the version table, and between counting the models and registering
-# the demo models. Processes started together are all inside each window at once, unless
-# something makes them take turns; the outcome then never depends on luck.
+# `marketplace ARGS` as on a loaded machine: SLOW_SECONDS (1 s by default) longer between
+# finding the database unmigrated and creating the version table, and between counting the
+# models and registering the demo models. Processes started together all land inside each
+# window unless something makes them take turns: without the lock the test fails reliably (not
+# provably: a process starting over a second late would find the work done), and with it no
+# timing can make it fail. A process prints "slowing" as it enters the migration's window.
 SLOWED = """
-import sys, time
+import os, sys, time
 
 from sqlalchemy import event
 
@@ -59,7 +65,8 @@ def slow_engine(url):
 
     def before(conn, cursor, statement, *rest):
         if statement.lstrip().startswith("CREATE TABLE alembic_version"):
-            time.sleep(1)
+            print("slowing", flush=True)
+            time.sleep(float(os.environ.get("SLOW_SECONDS", "1")))
 
     event.listen(engine, "before_cursor_execute", before)
     return engine
@@ -95,23 +102,26 @@ def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         admin.dispose()
 
 
-def _at_once(args: list[str], url: str, data_dir: Path) -> list[subprocess.CompletedProcess[str]]:
-    """`marketplace ARGS` (SLOWED) in PROCESSES processes started together; their results."""
+def _start(args: list[str], url: str, data_dir: Path, slow: float = 1) -> subprocess.Popen[str]:
+    """`marketplace ARGS` (SLOWED by `slow` seconds) on the store at `url`, started."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DAGSTER_HOME"}}
     env["MARKETPLACE_DATA_DIR"] = str(data_dir)
+    env["SLOW_SECONDS"] = str(slow)
     if not url.startswith("sqlite"):
         env["DATABASE_URL"] = url
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SLOWED, *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(PROCESSES)
-    ]
+    return subprocess.Popen(
+        [sys.executable, "-c", SLOWED, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _at_once(args: list[str], url: str, data_dir: Path) -> list[subprocess.CompletedProcess[str]]:
+    """`marketplace ARGS` (SLOWED) in PROCESSES processes started together; their results."""
+    procs = [_start(args, url, data_dir) for _ in range(PROCESSES)]
     results = []
     try:
         for proc in procs:
@@ -186,21 +196,155 @@ def test_concurrent_upgrades_then_concurrent_starts_prepare_the_store_once(
 
 def test_a_killed_preparation_leaves_the_store_free(fresh_store: str) -> None:
     # A pod evicted or a `marketplace dev` killed mid-migration must not block every later start.
+    with _held_elsewhere(fresh_store):
+        preparer = _Preparer(fresh_store)
+        assert not preparer.done.wait(1.5)  # the live holder keeps the next one waiting
+    assert preparer.acquired.wait(15), preparer.errors
+
+
+def test_entering_the_lock_again_in_the_thread_that_holds_it_fails_instead_of_hanging(
+    fresh_store: str,
+) -> None:
+    outcome: list[str] = []
+
+    def nest() -> None:
+        with store_preparation_lock(fresh_store):
+            try:
+                with store_preparation_lock(fresh_store):
+                    outcome.append("entered twice")
+            except RuntimeError as exc:
+                outcome.append(str(exc))
+
+    thread = threading.Thread(target=nest, daemon=True)
+    thread.start()
+    thread.join(15)
+    assert not thread.is_alive(), "the nested lock waits for itself"
+    assert len(outcome) == 1 and "not re-entrant" in outcome[0]
+    preparer = _Preparer(fresh_store)  # and the outer lock was released on the way out
+    assert preparer.acquired.wait(15), preparer.errors
+
+
+def test_another_thread_of_the_holding_process_waits_its_turn(fresh_store: str) -> None:
+    with store_preparation_lock(fresh_store):
+        preparer = _Preparer(fresh_store)
+        assert not preparer.done.wait(1)
+    assert preparer.acquired.wait(15), preparer.errors
+
+
+@POSTGRES_ONLY
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+def test_a_timeout_of_the_role_or_url_does_not_cut_the_wait_short(
+    fresh_store: str, setting: str
+) -> None:
+    # A role's, a database's or the URL's timeout of half a second would fail every replica but
+    # the first with LockNotAvailable (or QueryCanceled) instead of letting it wait its turn.
+    url = f"{fresh_store}?options={quote(f'-c {setting}=500')}"
+    with _held_elsewhere(fresh_store):
+        preparer = _Preparer(url)
+        assert not preparer.done.wait(2), preparer.errors
+    assert preparer.acquired.wait(15), preparer.errors
+
+
+@POSTGRES_ONLY
+def test_an_idle_session_timeout_does_not_end_the_holders_session(fresh_store: str) -> None:
+    # The lock's session sits idle while its process migrates; ending it would free the lock.
+    if _server_version(fresh_store) < 140000:
+        pytest.skip("idle_session_timeout is PostgreSQL 14's")
+    with _held_elsewhere(f"{fresh_store}?options={quote('-c idle_session_timeout=500')}"):
+        time.sleep(1.5)  # idle three times the timeout
+        preparer = _Preparer(fresh_store)
+        assert not preparer.done.wait(1), preparer.errors
+    assert preparer.acquired.wait(15), preparer.errors
+
+
+@POSTGRES_ONLY
+def test_a_lost_lock_session_never_lets_two_migrations_run_together(
+    fresh_store: str, tmp_path: Path
+) -> None:
+    # An operator's pg_terminate_backend (or a proxy cutting an idle connection) ends the lock's
+    # session while its holder migrates: the next process then gets that lock, but its migration
+    # waits for the first one's to commit, and finds the schema at head.
+    data_dir = tmp_path / "data"
+    first = _start(["db", "upgrade"], fresh_store, data_dir, slow=5)
+    procs = [first]
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline() == "slowing\n"  # migrating, holding the lock
+        assert _terminate_lock_session(fresh_store) == 1
+        procs.append(_start(["db", "upgrade"], fresh_store, data_dir, slow=0))
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=TIMEOUT)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    _assert_all_succeeded(results)
+    assert _revision(fresh_store) == _head()
+
+
+@contextmanager
+def _held_elsewhere(url: str) -> Iterator[None]:
+    """The store's preparation lock held by another process, which is killed at the end."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, fresh_store], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD, url], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == "held\n"
-        acquired = threading.Event()
-
-        def prepare() -> None:
-            with store_preparation_lock(fresh_store):
-                acquired.set()
-
-        threading.Thread(target=prepare, daemon=True).start()
-        assert not acquired.wait(1.5)  # the live holder keeps the next one waiting
+        yield
     finally:
         holder.kill()
         holder.wait()
-    assert acquired.wait(15)
+
+
+class _Preparer:
+    """`store_preparation_lock(url)` entered (and left at once) in a thread of this process."""
+
+    def __init__(self, url: str) -> None:
+        self.acquired = threading.Event()
+        self.done = threading.Event()  # acquired, or failed
+        self.errors: list[Exception] = []
+        threading.Thread(target=self._run, args=(url,), daemon=True).start()
+
+    def _run(self, url: str) -> None:
+        try:
+            with store_preparation_lock(url):
+                self.acquired.set()
+        except Exception as exc:
+            self.errors.append(exc)
+        finally:
+            self.done.set()
+
+
+def _server_version(url: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SHOW server_version_num")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _terminate_lock_session(url: str) -> int:
+    """Ends the sessions holding the store preparation lock of the database at `url`."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            # A bigint advisory key shows in pg_locks as classid (high half) and objid.
+            return len(
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                        " WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+                        " AND database = (SELECT oid FROM pg_database"
+                        "                 WHERE datname = current_database())"
+                        " AND classid::text::bigint = :high AND objid::text::bigint = :low"
+                    ),
+                    {"high": LOCK_KEY >> 32, "low": LOCK_KEY & 0xFFFFFFFF},
+                ).all()
+            )
+    finally:
+        engine.dispose()

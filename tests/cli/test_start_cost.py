@@ -8,9 +8,12 @@ runs holds none of what only preparing the store needs: its memory is an upload'
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from pipeline.core.config import Settings
 
 HEAVY = (
     "alembic",
@@ -26,9 +29,13 @@ HEAVY = (
 )
 
 
-def _loaded_after(statement: str, names: tuple[str, ...] = HEAVY) -> list[str]:
+def _loaded_after(
+    statement: str, names: tuple[str, ...] = HEAVY, env: dict[str, str] | None = None
+) -> list[str]:
     code = f"import sys; {statement}; print(' '.join(m for m in {names!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     return out.stdout.split()
 
 
@@ -44,10 +51,14 @@ def test_building_the_parser_loads_no_heavy_library() -> None:
 def test_the_api_process_holds_no_migration_or_model_library(tmp_path: Path) -> None:
     # `marketplace serve` migrates and registers the demo models in a child process; the app
     # itself must not import Alembic (about 12 MB with Mako and Pygments), scikit-learn or SciPy.
+    # The app is built on an empty data dir of its own: no setting comes from this environment
+    # (DATABASE_URL, MARKETPLACE_DATA_DIR, a bucket, ...), so it reaches no other store.
+    env = {k: v for k, v in os.environ.items() if k.lower() not in Settings.model_fields}
     statement = (
         "from pathlib import Path; from pipeline.core.config import Settings; "
         "from api.app import create_app; "
-        f"create_app(Settings(data_dir=Path({str(tmp_path)!r})))"
+        f"create_app(Settings(marketplace_data_dir=Path({str(tmp_path)!r})))"
     )
-    loaded = _loaded_after(statement, ("fastapi", "alembic", "mako", "sklearn", "scipy"))
+    loaded = _loaded_after(statement, ("fastapi", "alembic", "mako", "sklearn", "scipy"), env)
     assert loaded == ["fastapi"]  # the app was built, and nothing else was imported
+    assert (tmp_path / "objects").is_dir()  # on the data dir given
