@@ -109,9 +109,15 @@ def test_the_run_pods_service_account_may_start_trainer_pods() -> None:
     assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == namespace
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     [subject] = binding["subjects"]
-    # The chart runs its pods under serviceAccount.name, in the namespace of the release.
+    # The run pods take the code location's service account, which is global.serviceAccountName
+    # when set (else the user-deployments chart's own default name, which no binding names); a
+    # top-level serviceAccount.name covers the webserver and the daemon only.
+    values = helm_values()
     assert subject["kind"] == "ServiceAccount"
-    assert subject["name"] == helm_values()["serviceAccount"]["name"]
+    assert subject["name"] == values["global"]["serviceAccountName"]
+    assert values["serviceAccount"].get("name", subject["name"]) == subject["name"]
+    own = values["dagster-user-deployments"].get("serviceAccount", {})
+    assert own.get("name", subject["name"]) == subject["name"]
     assert subject["namespace"] == release_namespace()
     # The install command in the values file's own header says the same.
     assert helm_install_namespaces(HELM_VALUES.read_text()) == [release_namespace()]
