@@ -121,7 +121,11 @@ def _start(args: list[str], url: str, data_dir: Path, slow: float = 1) -> subpro
 
 def _at_once(args: list[str], url: str, data_dir: Path) -> list[subprocess.CompletedProcess[str]]:
     """`marketplace ARGS` (SLOWED) in PROCESSES processes started together; their results."""
-    procs = [_start(args, url, data_dir) for _ in range(PROCESSES)]
+    return _results([_start(args, url, data_dir) for _ in range(PROCESSES)])
+
+
+def _results(procs: list[subprocess.Popen[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Each process's result once it ends; any still running at a failure is killed."""
     results = []
     try:
         for proc in procs:
@@ -272,15 +276,8 @@ def test_a_lost_lock_session_never_lets_two_migrations_run_together(
         assert first.stdout.readline() == "slowing\n"  # migrating, holding the lock
         assert _terminate_lock_session(fresh_store) == 1
         procs.append(_start(["db", "upgrade"], fresh_store, data_dir, slow=0))
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=TIMEOUT)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        results = _results(procs)
     _assert_all_succeeded(results)
     assert _revision(fresh_store) == _head()
 
