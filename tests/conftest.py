@@ -13,6 +13,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,23 +73,32 @@ def _with_database(url: str, name: str) -> str:
     return url.rsplit("/", 1)[0] + "/" + name
 
 
-@pytest.fixture(scope="session")
-def pg_base_url() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for this test session (worker)."""
+@contextmanager
+def scratch_postgres(prefix: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database named `prefix` and a random suffix, dropped
+    (connections and all) afterwards; skipped where PostgreSQL does not answer."""
     require_service("PostgreSQL", PG_HOST, PG_PORT)
-    name = f"mk_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
         # A commit need not wait for its WAL flush: only a crash of the server itself could
         # lose one, and a throw-away test database does not outlive the server.
         conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
-    url = _with_database(PG_ADMIN_URL, name)
-    upgrade(url)
-    yield url
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield _with_database(PG_ADMIN_URL, name)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_base_url() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test session (worker)."""
+    with scratch_postgres("mk_") as url:
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

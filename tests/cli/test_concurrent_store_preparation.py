@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +25,7 @@ from sqlalchemy import create_engine, func, select, text
 from pipeline.core.store_lock import LOCK_KEY, store_preparation_lock
 from pipeline.core.tables import Model
 from pipeline.models.registry import DEMO_MODELS, demo_definition
-from tests.conftest import PG_ADMIN_URL, PG_HOST, PG_PORT, require_service
+from tests.conftest import scratch_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
@@ -89,17 +88,8 @@ def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         # The default: the SQLite file in the data dir (DATABASE_URL unset).
         yield f"sqlite:///{tmp_path / 'data' / 'marketplace.db'}"
         return
-    require_service("PostgreSQL", PG_HOST, PG_PORT)
-    name = f"scratch_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_postgres("scratch_") as url:
+        yield url
 
 
 def _start(args: list[str], url: str, data_dir: Path, slow: float = 1) -> subprocess.Popen[str]:

@@ -16,14 +16,19 @@ from urllib.parse import urlsplit
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 from pipeline.auth.sessions import issue_token
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, KeyUsage
 from pipeline.demo.churn_data import churn_rows
-from tests.conftest import PG_ADMIN_URL, PG_HOST, PG_PORT, REDIS_URL, require_service
+from tests.conftest import (
+    PG_PORT,
+    REDIS_URL,
+    require_service,
+    scratch_postgres,
+)
 from tests.support.processes import (
     ADMIN_TOKEN,
     JWT_SECRET,
@@ -44,18 +49,9 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 @pytest.fixture(scope="module")
 def scratch_database() -> Iterator[str]:
-    require_service("PostgreSQL", PG_HOST, PG_PORT)
     require_service("Redis", "127.0.0.1", 6379)
-    name = f"mk_workers_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-        # As for the session database (tests/conftest.py): no wait for the WAL flush.
-        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_postgres("mk_workers_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ debounced into runs; per-model schedules with a frozen clock; the Dagster instan
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import boto3
 import dagster as dg
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 
 from assets.partitions import (
     EVALUATION_JOB,
@@ -424,17 +423,10 @@ def test_dev_writes_the_concurrency_limit_into_dagster_home(
 
 @pytest.fixture
 def dagster_pg_url() -> Iterator[str]:
-    from tests.conftest import PG_ADMIN_URL, PG_HOST, PG_PORT, require_service
+    from tests.conftest import scratch_postgres
 
-    require_service("PostgreSQL", PG_HOST, PG_PORT)
-    name = f"dg_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_postgres("dg_") as url:
+        yield url
 
 
 def test_postgres_instance_stores_runs_and_events(

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +19,49 @@ def worker_pids(supervisor: int) -> list[int]:
     return sorted(pid for pid, cmd in descendants(supervisor).items() if "spawn_main" in cmd)
 
 
-def _server_side_inode(client_port: int, server_port: int) -> str | None:
-    """The socket inode of the server's end of the loopback connection from `client_port`."""
+# A TCP state in /proc/net/tcp: 01 is ESTABLISHED.
+_ESTABLISHED = "01"
+
+
+def _tcp_sockets() -> Iterator[tuple[int, int, str, str]]:
+    """Every TCP socket of this network namespace: local port, remote port, state, inode."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if local_port == server_port and remote_port == client_port:
-                return fields[9]
+            yield local_port, remote_port, fields[3], fields[9]
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` has open (from its /proc/<pid>/fd links)."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for name in os.listdir(fd_dir):  # an OSError if `pid` is gone
+        try:
+            link = os.readlink(fd_dir / name)
+        except OSError:  # closed since listed
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link.removeprefix("socket:[").removesuffix("]"))
+    return inodes
+
+
+def _server_side_inode(client_port: int, server_port: int) -> str | None:
+    """The socket inode of the server's end of the loopback connection from `client_port`."""
+    for local_port, remote_port, _, inode in _tcp_sockets():
+        if local_port == server_port and remote_port == client_port:
+            return inode
     return None
 
 
 def _owner(inode: str, pids: list[int]) -> int | None:
-    target = f"socket:[{inode}]"
     for pid in pids:
-        fd_dir = Path(f"/proc/{pid}/fd")
         try:
-            names = os.listdir(fd_dir)
+            if inode in _socket_inodes(pid):
+                return pid
         except OSError:
             continue
-        for name in names:
-            try:
-                if os.readlink(fd_dir / name) == target:
-                    return pid
-            except OSError:
-                continue
     return None
 
 
@@ -119,34 +137,13 @@ def connections_per_worker(
     return found
 
 
-# A TCP state in /proc/net/tcp: 01 is ESTABLISHED.
-_ESTABLISHED = "01"
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets process `pid` has open (from its /proc/<pid>/fd links)."""
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for name in os.listdir(fd_dir):  # an OSError if `pid` is gone: the caller's test fails
-        try:
-            link = os.readlink(fd_dir / name)
-        except OSError:  # closed since listed
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link.removeprefix("socket:[").removesuffix("]"))
-    return inodes
-
-
 def established_to(pid: int, remote_ports: set[int]) -> dict[int, int]:
     """How many established TCP connections process `pid` holds to each of `remote_ports`
     (ports it holds none to are left out): its socket inodes matched to the namespace's TCP
     tables, where the connection's far end is one of the ports."""
-    inodes = _socket_inodes(pid)
+    inodes = _socket_inodes(pid)  # an OSError if `pid` is gone: the caller's test fails
     held: dict[int, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port in remote_ports and fields[3] == _ESTABLISHED and fields[9] in inodes:
-                held[remote_port] = held.get(remote_port, 0) + 1
+    for _, remote_port, state, inode in _tcp_sockets():
+        if remote_port in remote_ports and state == _ESTABLISHED and inode in inodes:
+            held[remote_port] = held.get(remote_port, 0) + 1
     return held
