@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from sqlalchemy import Connection, Engine, create_engine, event, make_url
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.util import asbool
 
 from pipeline.core.config import Settings
 from pipeline.core.sqlite_writers import serialize_writers
@@ -29,8 +31,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
+        path = sqlite_file(make_url(url))
+        if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
@@ -38,7 +40,7 @@ def make_engine(url: str) -> Engine:
             hide_parameters=True,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
-        if path and path != ":memory:":
+        if path is not None:
             serialize_writers(engine, path, SQLITE_BUSY_SECONDS)
         return engine
     # A server that stops answering must fail a request in seconds (503), not hang it: libpq
@@ -54,6 +56,28 @@ def make_engine(url: str) -> Engine:
         # parameters are request values, which may be secrets or megabytes: never logged.
         hide_parameters=True,
     )
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The file the SQLite `url` opens, as SQLite reads it; None for an in-memory database.
+
+    With `?uri=true` the database part is an SQLite URI (`file:data.db?mode=ro`,
+    `file:x?mode=memory`, `file:///srv/data.db`); without it, a plain file name (SQLAlchemy
+    then opens even `file:x` as a file of that name).
+    """
+    database = url.database or ""
+    if not asbool(url.query.get("uri", False)):  # as SQLAlchemy reads it
+        return database if database and database != ":memory:" else None
+    if not database.startswith("file:"):
+        return database if database and database != ":memory:" else None
+    if url.query.get("mode") == "memory":
+        return None
+    path = database.removeprefix("file:")
+    if path.startswith("//"):  # file://host/path: SQLite accepts only "" or "localhost"
+        path = "/" + path[2:].partition("/")[2]
+    path = unquote(path.partition("#")[0])
+    # An empty name is a private temporary database: nothing else can reach it either.
+    return path if path and path != ":memory:" else None
 
 
 class Database:

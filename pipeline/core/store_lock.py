@@ -38,13 +38,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from urllib.parse import unquote
 
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.util import asbool
 
-from pipeline.core.db import make_engine
+from pipeline.core.db import make_engine, sqlite_file
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +81,6 @@ def store_preparation_lock(url: str) -> Iterator[None]:
     path = sqlite_lock_path(database)
     with _holding(str(path), _file_lock(path)):
         yield
-
-
-def sqlite_file(url: URL) -> str | None:
-    """The file the SQLite `url` opens, as SQLite reads it; None for an in-memory database.
-
-    With `?uri=true` the database part is an SQLite URI (`file:data.db?mode=ro`,
-    `file:x?mode=memory`, `file:///srv/data.db`); without it, a plain file name (SQLAlchemy
-    then opens even `file:x` as a file of that name).
-    """
-    database = url.database or ""
-    if not asbool(url.query.get("uri", False)):  # as SQLAlchemy reads it
-        return database if database and database != ":memory:" else None
-    if not database.startswith("file:"):
-        return database if database and database != ":memory:" else None
-    if url.query.get("mode") == "memory":
-        return None
-    path = database.removeprefix("file:")
-    if path.startswith("//"):  # file://host/path: SQLite accepts only "" or "localhost"
-        path = "/" + path[2:].partition("/")[2]
-    path = unquote(path.partition("#")[0])
-    # An empty name is a private temporary database: nothing else can reach it either.
-    return path if path and path != ":memory:" else None
 
 
 def sqlite_lock_path(database: str) -> Path:
