@@ -17,7 +17,8 @@ present, and does nothing.
   wait, an `idle_session_timeout` would end the idle session, and the lock with it, while the
   holder still migrates. The migrations also take a transaction-level lock of their own
   (`pipeline/core/migrations/env.py`), so that even a lost session (killed by an operator, cut
-  by a proxy) never lets two migrations run together.
+  by a proxy) never lets two migrations run together, and a demo seeding that loses the race
+  on the unique model name finds the other's models (`pipeline.models.registry`).
 - SQLite: an exclusive `flock` on a lock file beside the database file (in the data dir by
   default); the kernel drops it when the process ends, however it ends. A `file:` URI
   (`?uri=true`) locks the file it names; an in-memory one takes no lock.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.auth.orgs import Role
@@ -369,7 +370,27 @@ def _seed_empty_store(
     register: Callable[[Session, ModelOwner], list[Model]],
 ) -> list[Model]:
     """`register`'s models in an empty store; else the ownerless first demo model given to
-    `owner_user_id`, and nothing registered."""
+    `owner_user_id`, and nothing registered.
+
+    Callers hold the store's preparation lock (`pipeline.core.store_lock`), so one process
+    seeds at a time. Should two still seed one empty store together (a PostgreSQL lock session
+    cut by a proxy or an operator), the second fails on the unique model name: its transaction
+    is rolled back and the first one's models stand, as if it had found them.
+    """
+    try:
+        return _seed_once(db, owner_user_id, register)
+    except IntegrityError:
+        with db.session() as session:
+            if session.scalar(select(func.count()).select_from(Model)):
+                return []
+        raise
+
+
+def _seed_once(
+    db: Database,
+    owner_user_id: str,
+    register: Callable[[Session, ModelOwner], list[Model]],
+) -> list[Model]:
     with db.session() as session:
         if session.scalar(select(func.count()).select_from(Model)):
             demo = session.scalar(

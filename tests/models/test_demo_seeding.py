@@ -1,0 +1,54 @@
+"""Two processes seeding one empty store together: the first one's demo models stand."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, select
+
+from pipeline.core.config import Settings
+from pipeline.core.db import Database
+from pipeline.core.tables import Model
+from pipeline.models import registry
+from pipeline.store.objectstore import LocalObjectStore
+
+
+def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
+    settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As when the preparation lock's session is lost: both find the store empty, then register.
+    with db.session() as session:
+        session.execute(delete(Model))
+    both_found_it_empty = threading.Barrier(2, timeout=30)
+    waited: set[int] = set()
+    original = registry.demo_model
+
+    def demo_model_after_both_counted(name: str) -> Any:
+        if threading.get_ident() not in waited:
+            waited.add(threading.get_ident())
+            both_found_it_empty.wait()
+        return original(name)
+
+    monkeypatch.setattr(registry, "demo_model", demo_model_after_both_counted)
+    store = LocalObjectStore(settings.objects_dir)
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def seed() -> None:
+        try:
+            results.append([m.name for m in registry.seed_demo_models(db, store)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=seed) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert errors == []
+    assert sorted(results) == [[], ["customer-churn", "loan-default"]]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Model)) == len(registry.DEMO_MODELS)
