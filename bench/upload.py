@@ -22,7 +22,10 @@ kept: on a quiet machine either moved by 0.5-1 s from one run to the next. The p
 every round.
 
 Prints `figure: value` lines and, last, `ratio: X` = upload seconds ÷ baseline seconds
-(goals: ratio ≤ 1.5, server peak RSS < 400 MB).
+(goals: ratio ≤ 1.5, server peak RSS < 400 MB). `ratio_floor` is the server's CPU seconds for
+the upload ÷ the cores it may use ÷ the baseline: the ratio its work allows on this machine
+even if spread perfectly, so a ratio above the goal with a floor above it too is the CPU's
+speed, not the scheduling.
 """
 
 from __future__ import annotations
@@ -329,6 +332,10 @@ def run(
     print(f"upload_client_cpu_seconds: {client_cpu:.2f}")
     if server_cpu is not None:
         print(f"upload_server_cpu_seconds: {server_cpu:.2f}")
+        # The least ratio this server's work allows here: its CPU spread over every core it
+        # may use, with nothing else running, against the same baseline.
+        cores = len(os.sched_getaffinity(pid)) if pid else os.cpu_count() or 1
+        print(f"ratio_floor: {server_cpu / cores / baseline:.2f} ({cores} cores)")
     print(f"server_peak_rss_mb: {rss:.0f}" if rss is not None else "server_peak_rss_mb: n/a")
     breakdown = server_breakdown(server_log)
     if breakdown:
