@@ -17,8 +17,8 @@ from pathlib import Path
 
 import schemathesis
 from hypothesis import HealthCheck, settings
-
 from pydantic import SecretStr
+
 from api.app import create_app
 from pipeline.auth.keys import KeyCreate, create_key
 from pipeline.auth.sessions import issue_token

@@ -23,9 +23,9 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
+from pydantic import SecretStr
 from sqlalchemy import func, select
 
-from pydantic import SecretStr
 from assets.partitions import TAG_MODEL, TAG_TRIGGER, partition_key
 from pipeline.core.config import Settings
 from pipeline.core.db import Database

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from pydantic import SecretStr
+
 from cli.main import main
 from cli.operate import serve_problems
 from pipeline.core.config import Settings, get_settings
