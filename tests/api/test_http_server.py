@@ -48,7 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     tmp_path = tmp_path_factory.mktemp("http-server")
     processes = started_processes()
     try:
-        _, url = start_serve(tmp_path, next(processes), **LIMITS)
+        _, url = start_serve(tmp_path, next(processes), args=(), ready_seconds=60, **LIMITS)
         yield url, tmp_path
     finally:
         processes.close()
@@ -120,7 +120,7 @@ def test_a_100mb_header_is_refused_at_once_and_other_clients_are_not_held_up(
 
     thread = threading.Thread(target=flood)
     thread.start()
-    latencies = []
+    latencies: list[float] = []
     # The flood may be refused before the first probe is sent: a few probes are always taken,
     # so "not held up" is checked even when the refusal wins the race.
     while (thread.is_alive() or len(latencies) < 3) and len(latencies) < 50:
@@ -246,7 +246,7 @@ def test_connections_past_the_cap_are_refused_and_others_go_on(server: tuple[str
     held = [connect(url) for _ in range(MAX_CONNECTIONS + 5)]
     try:
         time.sleep(0.5)  # well within the header timeout: every held connection is still open
-        answers = []
+        answers: list[bytes | None] = []
         for sock in held:
             sock.setblocking(False)
             try:

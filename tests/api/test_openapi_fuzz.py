@@ -17,6 +17,7 @@ from pathlib import Path
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import SecretStr
 
 from api.app import create_app
 from pipeline.auth.keys import KeyCreate, create_key
@@ -31,8 +32,8 @@ ADMIN_TOKEN = "fuzz-admin-token"
 _data_dir = Path(tempfile.mkdtemp(prefix="mk-fuzz-"))
 _settings = Settings(
     marketplace_data_dir=_data_dir,
-    jwt_secret="fuzz-secret-fuzz-secret-fuzz-secret-123",
-    admin_token=ADMIN_TOKEN,
+    jwt_secret=SecretStr("fuzz-secret-fuzz-secret-fuzz-secret-123"),
+    admin_token=SecretStr(ADMIN_TOKEN),
     upload_max_bytes=2_000_000,
 )
 prepare_store(_settings)

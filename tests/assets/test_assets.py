@@ -140,7 +140,7 @@ def test_good_contribution_is_evaluated_and_rewarded(
     assert "pending" not in evaluated["detail"]
     assert evaluated["improvement_pct"] > 10
     assert evaluated["score"] > evaluated["baseline_score"]
-    assert checks(result)["improves_model"].description.startswith("improved accuracy")
+    assert (checks(result)["improves_model"].description or "").startswith("improved accuracy")
     paid = metadata(result, "rewards")
     row = job(db, job_id)
     assert row.status == "rewarded"
@@ -330,7 +330,7 @@ def test_rejected_own_partition_fails_beside_versions_that_go_on(
     standing = checks(rescore)
     assert set(standing) == {"readable", "quality_thresholds"}
     assert standing["readable"].passed
-    assert standing["readable"].description.startswith(f"passed in run {result.run_id}")
+    assert (standing["readable"].description or "").startswith(f"passed in run {result.run_id}")
     red = standing["quality_thresholds"]
     assert not red.passed and red.severity == dg.AssetCheckSeverity.ERROR
     assert red.description == job(db, bad_id).reason
@@ -394,7 +394,9 @@ def test_figures_are_numbers_so_dagster_plots_them(
         assert isinstance(quality[name], dg.FloatMetadataValue), name
     assert isinstance(quality["row_count"], dg.IntMetadataValue)
     found = values("pii_report", pii)
-    assert isinstance(found["findings"], dg.IntMetadataValue) and found["findings"].value >= 60
+    findings = found["findings"]
+    assert isinstance(findings, dg.IntMetadataValue)
+    assert findings.value is not None and findings.value >= 60
     assert found["pii_columns"].value == "comment"
     assert values("pii_report", good)["findings"] == dg.IntMetadataValue(0)
     no_pii = checks(result, f"{model_id}__{pii}")["no_pii"]

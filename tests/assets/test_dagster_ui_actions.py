@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
+from pydantic import SecretStr
 from sqlalchemy import func, select
 
 from assets.partitions import TAG_MODEL, TAG_TRIGGER, partition_key
@@ -181,8 +182,8 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
     settings = Settings(
         marketplace_data_dir=root / "data",
         database_url=f"sqlite:///{root / 'marketplace.db'}",
-        jwt_secret=TEST_JWT_SECRET,
-        admin_token=TEST_ADMIN_TOKEN,
+        jwt_secret=SecretStr(TEST_JWT_SECRET),
+        admin_token=SecretStr(TEST_ADMIN_TOKEN),
     )
     home = root / "dagster_home"
     home.mkdir()

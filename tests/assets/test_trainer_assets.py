@@ -67,7 +67,9 @@ def test_failing_trainer_fails_the_step_with_its_reason_and_stderr(
     [failure] = [
         e for e in result.all_events if e.is_step_failure and e.step_key == "evaluation_and_rewards"
     ]
-    description = failure.step_failure_data.user_failure_data.description or ""
+    user_failure = failure.step_failure_data.user_failure_data
+    assert user_failure is not None
+    description = user_failure.description or ""
     assert "the training code raised ValueError: my secret feature engineering broke" in description
     assert "last lines of the trainer's stderr" in description and "Traceback" in description
     assert job(db, job_id).status == QUEUED

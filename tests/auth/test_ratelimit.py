@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -81,7 +81,7 @@ def test_redis_outage_warns_once_not_per_request(caplog) -> None:
 # --- through the API -----------------------------------------------------------------------------
 
 
-def _app_client(settings: Any) -> Iterator[TestClient]:
+def _app_client(settings: Any) -> Generator[TestClient, None, None]:
     app = create_app(settings)
     try:
         with TestClient(app) as client:

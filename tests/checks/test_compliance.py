@@ -29,7 +29,9 @@ def wine_rows() -> list[dict[str, Any]]:
     rows = []
     for i, record in enumerate(data.to_dict(orient="records")):
         target = int(record.pop("target"))
-        row = {name.replace("/", "_"): float(value) for name, value in record.items()}
+        row: dict[str, Any] = {
+            name.replace("/", "_"): float(value) for name, value in record.items()
+        }
         row["cultivar"] = CULTIVARS[target]
         row["target"] = target
         row["magnesium"] = int(row["magnesium"])
@@ -211,7 +213,10 @@ def test_a_required_column_that_is_absent_fails_every_row() -> None:
 def test_columns_without_a_json_type_are_read_as_iso_text() -> None:
     import datetime as dt
 
-    spec = {"type": "object", "properties": {"day": {"type": "string", "format": "date"}}}
+    spec: dict[str, Any] = {
+        "type": "object",
+        "properties": {"day": {"type": "string", "format": "date"}},
+    }
     table = pa.table({"day": pa.array([dt.date(2024, 1, 2), None], type=pa.date32())})
     assert count_violations(table, spec) == 0
     spec["properties"]["day"] = {"type": "integer"}

@@ -155,6 +155,8 @@ def test_library_start_up_chatter_is_dropped_but_migrations_and_warnings_show(
 
 
 def test_banner_names_the_urls_the_window_and_how_to_get_an_admin_token(tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
     from cli.devmode import dev_banner
     from pipeline.core.config import Settings
 
@@ -172,7 +174,7 @@ def test_banner_names_the_urls_the_window_and_how_to_get_an_admin_token(tmp_path
     assert "MARKETPLACE_URL" not in text  # the CLI's default address
 
     elsewhere = dev_banner(
-        Settings(marketplace_data_dir=tmp_path, admin_token="s3cret-admin-token-value"),
+        Settings(marketplace_data_dir=tmp_path, admin_token=SecretStr("s3cret-admin-token-value")),
         host="0.0.0.0",
         port=9000,
         dagster_port=9001,

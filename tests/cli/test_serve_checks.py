@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from cli.main import main
 from cli.operate import serve_problems
@@ -98,8 +99,8 @@ def test_unset_secrets_and_one_worker_need_nothing(tmp_path: Path) -> None:
     assert serve_problems(settings, workers=1) == []
     strong = Settings(
         marketplace_data_dir=tmp_path,
-        jwt_secret=secrets.token_urlsafe(32),
-        admin_token=secrets.token_urlsafe(32),
+        jwt_secret=SecretStr(secrets.token_urlsafe(32)),
+        admin_token=SecretStr(secrets.token_urlsafe(32)),
         redis_url="redis://127.0.0.1:6379/0",
     )
     assert serve_problems(strong, workers=4) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,7 +37,7 @@ class _Libc:
 @pytest.fixture
 def libc(monkeypatch: pytest.MonkeyPatch) -> _Libc:
     fake = _Libc()
-    monkeypatch.setattr(process_memory.ctypes, "CDLL", lambda _name: fake)
+    monkeypatch.setattr(ctypes, "CDLL", lambda _name: fake)
     monkeypatch.setattr(process_memory, "_is_glibc", lambda: True)
     return fake
 

@@ -49,7 +49,7 @@ from pipeline.store.objectstore import (
     dataset_key,
     object_store_from_settings,
 )
-from pipeline.store.queue import SqsArrivalQueue
+from pipeline.store.queue import QueueMessage, SqsArrivalQueue
 from pipeline.triggers.drain import DrainReport, handle_message
 from tests.conftest import TEST_ADMIN_TOKEN
 from tests.support.processes import ADMIN_TOKEN, Started, log_of, start_serve, started_processes
@@ -213,7 +213,9 @@ def test_sigkill_halfway_through_a_200mb_upload_leaves_nothing_after_restart(
         with db.session() as session:
             for table in (BenchmarkSpec, DatasetVersion, ArrivalEvent):
                 assert session.scalar(select(func.count()).select_from(table)) == 0
-            assert session.get(Model, 1).last_version == 0  # no version number used
+            model = session.get(Model, 1)
+            assert model is not None
+            assert model.last_version == 0  # no version number used
     finally:
         db.dispose()
 
@@ -506,7 +508,7 @@ def test_same_sqs_message_delivered_four_times_at_once_records_one_arrival(
         sqs.send_message(QueueUrl=queue_url, MessageBody=first["Body"])
 
     queue = SqsArrivalQueue(queue_url, sqs, wait_seconds=1)
-    deliveries = []
+    deliveries: list[QueueMessage] = []
     while len(deliveries) < 4:
         received = queue.receive(1)
         assert received, "a delivery went missing"

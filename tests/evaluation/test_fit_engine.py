@@ -72,17 +72,16 @@ def test_fits_run_in_the_cluster_worker_processes_and_match_local_ones(
 
 def test_a_batch_valued_on_the_cluster_equals_one_valued_here(cluster: LocalCluster) -> None:
     players = [Player(k, REST.iloc[i * 80 : (i + 1) * 80]) for i, k in enumerate("ab")]
-    options = {"higher_is_better": True}
     engine = FitEngine(workers=2, address=cluster.scheduler_address)
     remote = value_batch(
         _scorer(),
         None,
         players,
+        higher_is_better=True,
         settings=ValuationSettings(resamples=100, engine=engine),
-        **options,
     )
     here = value_batch(
-        _scorer(), None, players, settings=ValuationSettings(resamples=100), **options
+        _scorer(), None, players, higher_is_better=True, settings=ValuationSettings(resamples=100)
     )
     assert remote.coalitions == here.coalitions == 4
     assert (remote.pool_pct, remote.shares, remote.interval) == (

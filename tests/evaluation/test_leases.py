@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -189,26 +189,27 @@ def test_the_arrival_sensor_gives_back_dead_claims_and_requests_one_run(
 
     instance = dg.DagsterInstance.ephemeral()
 
-    def tick() -> dg.SensorResult:
+    def tick() -> Sequence[dg.RunRequest]:
+        """The run requests of one sensor tick."""
         with dg.build_sensor_context(
             instance=instance, resources={SENSOR_STORE: sensor_store}
         ) as context:
             result = sensor(context)
         assert isinstance(result, dg.SensorResult)
-        return result
+        assert result.run_requests is not None
+        return result.run_requests
 
-    result = tick()
-    retries = [r for r in result.run_requests if (r.run_key or "").startswith("retry-")]
+    retries = [r for r in tick() if (r.run_key or "").startswith("retry-")]
     assert len(retries) == 1
     [retry] = retries
     assert retry.partition_key == f"1__{v2}" and retry.tags[TAG_VERSIONS] == f"{v1},{v2}"
     assert {job(db, first).status, job(db, second).status} == {QUEUED}
     assert [j.job_id for j in requeued_jobs(db)] == [first, second]
     # The next tick asks for the same run: Dagster drops a repeated run_key.
-    again = [r for r in tick().run_requests if (r.run_key or "").startswith("retry-")]
+    again = [r for r in tick() if (r.run_key or "").startswith("retry-")]
     assert [r.run_key for r in again] == [retry.run_key]
     claim_batch(svc, 1, v2, run_id="retry-run")
-    assert not [r for r in tick().run_requests if (r.run_key or "").startswith("retry-")]
+    assert not [r for r in tick() if (r.run_key or "").startswith("retry-")]
     instance.dispose()
 
 
@@ -216,13 +217,13 @@ def test_assets_claim_under_the_dagster_run_id(
     settings: Settings, db: Database, store: Any
 ) -> None:
     from assets import ASSETS
-    from assets.partitions import TAG_TRIGGER, dataset_versions, partition_key
+    from assets.partitions import PARTITIONS_DEF_NAME, TAG_TRIGGER, partition_key
     from assets.resources import MARKETPLACE, MarketplaceResource
 
     add_benchmark(db, store)
     job_id, version = contribute(db, store)
     with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions(dataset_versions.name, [partition_key(1, version)])
+        instance.add_dynamic_partitions(PARTITIONS_DEF_NAME, [partition_key(1, version)])
         result = dg.materialize(
             ASSETS,
             partition_key=partition_key(1, version),
@@ -273,7 +274,7 @@ def start_claimer(settings: Settings, version: str, run_id: str) -> subprocess.P
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert process.stdout is not None
+    assert process.stdout is not None and process.stderr is not None
     ready, _, _ = select.select([process.stdout], [], [], 120)
     line = process.stdout.readline() if ready else "(no answer in 120 s)"
     if line.strip() != "claimed 1":

@@ -57,6 +57,7 @@ def test_contribution_is_valued_and_paid_with_the_owners_code(
         paid = session.scalar(select(func.count()).select_from(RewardEntry))
         model = session.get(Model, model_id)
         assert model is not None and model.trainer_failure is None
+    assert evaluation.baseline_score is not None
     assert evaluation.score > evaluation.baseline_score
     assert paid == 1
 

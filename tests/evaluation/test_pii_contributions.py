@@ -110,8 +110,8 @@ def test_a_contribution_with_emails_only_in_its_last_rows_is_rejected(
 ) -> None:
     model_id = add_tickets_model(db)
     rows = ticket_rows(6_000, seed=4)
-    for i, row in enumerate(rows[-30:]):
-        row["comment"] += f", reach me at user{i}@example.com"
+    for i, record in enumerate(rows[-30:]):
+        record["comment"] += f", reach me at user{i}@example.com"
     _, version = contribute(db, store, rows, model_id=model_id)
 
     row = checked(svc, version, model_id)

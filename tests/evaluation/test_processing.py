@@ -105,6 +105,7 @@ def test_good_contribution_is_rewarded_and_paid_to_its_manifest_wallet(
     contribution_eval = scored[-1]
     assert contribution_eval.trigger == "arrival"
     assert contribution_eval.run_id == "test-run"
+    assert contribution_eval.baseline_score is not None
     assert contribution_eval.baseline_score == pytest.approx(0.72, abs=0.1)
     assert contribution_eval.score > contribution_eval.baseline_score
 

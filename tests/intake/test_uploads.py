@@ -36,7 +36,7 @@ SECRET_EMAIL = "jane.doe@example.com"
 # Files.
 
 
-def table(rows: int = 60, **columns: list[Any]) -> pa.Table:
+def table(rows: int = 60, /, **columns: list[Any]) -> pa.Table:
     """A churn-shaped table; keyword arguments replace or add columns."""
     data: dict[str, list[Any]] = {
         "tenure_months": [i % 121 for i in range(rows)],
@@ -334,7 +334,8 @@ def test_pii_detection_disabled_accepts(make_settings, platform_key) -> None:
 # 400: not CSV or Parquet, bad form values.
 
 
-NOT_TABULAR = {
+# A file name and its content: bytes as they are, or the name of a recipe (None: a CSV file).
+NOT_TABULAR: dict[str, tuple[str, bytes | str | None]] = {
     "png": ("image.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8),
     "zip": ("data.csv", b"PK\x03\x04\x14\x00\x00\x00" + b"x" * 100),
     "json": ("rows.csv", json.dumps([{"a": 1}] * 60).encode()),
@@ -358,6 +359,7 @@ def test_content_that_is_not_csv_or_parquet_is_400(client, key_headers, db, sett
         data = parquet_bytes()[:-100]
     elif data == "latin-1":
         data = b"name,city\n" + "Zoë,Köln\n".encode("latin-1") * 60
+    assert isinstance(data, bytes), data  # a recipe not handled above
     response = upload(client, key_headers, data, filename)
     assert response.status_code == 400, response.text
     assert response.json()["detail"]

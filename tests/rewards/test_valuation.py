@@ -21,6 +21,8 @@ from pipeline.evaluation.metrics import (
     metric_score,
 )
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.interval import improvement_interval
+from pipeline.rewards.shapley import exact_shapley, kernel_shapley
 from pipeline.rewards.valuation import (
     EXACT,
     NOISE,
@@ -28,10 +30,7 @@ from pipeline.rewards.valuation import (
     SHARE_REJECTED,
     Player,
     ValuationSettings,
-    exact_shapley,
-    improvement_interval,
     kernel_coalitions,
-    kernel_shapley,
     value_batch,
 )
 

@@ -261,7 +261,9 @@ def test_sensor_asks_the_daemon_to_delete_settled_partitions_tick_by_tick(
 
     # PARTITION_KEEP_HOURS=0: what settled an hour ago goes on the next tick.
     eager = SensorStore.from_settings(settings, partition_keep_hours=0)
-    [request] = _tick(sensor, eager, instance, None).dynamic_partitions_requests
+    requests = _tick(sensor, eager, instance, None).dynamic_partitions_requests
+    assert requests is not None
+    [request] = requests
     assert list(request.partition_keys) == versions.keys([versions.recent])
 
 

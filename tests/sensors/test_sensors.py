@@ -4,7 +4,7 @@ debounced into runs; per-model schedules with a frozen clock; the Dagster instan
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,8 +79,16 @@ def tick(
     return result
 
 
+def run_requests(result: dg.SensorResult) -> Sequence[dg.RunRequest]:
+    """A tick's run requests (typed optional; SensorResult makes a missing list [])."""
+    assert result.run_requests is not None
+    return result.run_requests
+
+
 def added_partitions(result: dg.SensorResult) -> list[str]:
-    return [key for request in result.dynamic_partitions_requests for key in request.partition_keys]
+    requests = result.dynamic_partitions_requests
+    assert requests is not None  # typed optional; SensorResult makes a missing list []
+    return [key for request in requests for key in request.partition_keys]
 
 
 def arrivals(db: Database) -> list[DatasetArrival]:
@@ -164,7 +172,7 @@ def test_hundred_arrivals_in_one_window_make_one_run(
 
     clock.advance(1)
     released = tick(sensor, s3_store, instance, quiet.cursor)
-    [request] = released.run_requests
+    [request] = run_requests(released)
     expected_key = batch_run_key(model, versions)
     assert request.job_name == EVALUATION_JOB
     assert request.partition_key == f"{model}__v100"
@@ -180,7 +188,7 @@ def test_hundred_arrivals_in_one_window_make_one_run(
 
     # Re-evaluating the same tick (its cursor update lost) asks for the same run key again.
     again = tick(sensor, s3_store, instance, quiet.cursor)
-    assert [r.run_key for r in again.run_requests] == [expected_key]
+    assert [r.run_key for r in run_requests(again)] == [expected_key]
 
 
 def test_duplicate_delivery_records_nothing_new(
@@ -274,7 +282,7 @@ def test_local_queue_feeds_the_same_code(
     sensor_store = SensorStore.from_settings(settings, evaluation_debounce_window_seconds=0)
 
     result = tick(make_arrival_sensor(clock=clock), sensor_store, instance)
-    [request] = result.run_requests
+    [request] = run_requests(result)
     assert request.partition_key == f"{model}__v1"
     assert request.tags[TAG_VERSIONS] == "v1"
     assert added_partitions(result) == [f"{model}__v1"]
@@ -309,7 +317,7 @@ def test_ticks_are_bounded_and_a_lost_cursor_is_rebuilt(
     # The cursor is lost or unreadable (a tick failed after committing): the database knows.
     clock.advance(60)
     rebuilt = tick(sensor, sensor_store, instance, cursor="{not a cursor")
-    [request] = rebuilt.run_requests
+    [request] = run_requests(rebuilt)
     assert request.run_key == batch_run_key(model, versions)
     assert json.loads(rebuilt.cursor or "") == {"pending": {}}
 
@@ -354,7 +362,7 @@ def test_schedule_sensor_fires_due_schedules_once(
 
     clock.now = at(15, 20)  # down since before 10:00: five ticks missed
     result = tick(sensor, store, instance)
-    [request] = result.run_requests
+    [request] = run_requests(result)
     assert request.run_key == f"schedule-{model}-20250301T100000Z"
     assert request.partition_key == f"{model}__{latest}"
     assert request.tags[TAG_TRIGGER] == "schedule"
@@ -367,7 +375,7 @@ def test_schedule_sensor_fires_due_schedules_once(
     clock.now = at(15, 21)
     assert tick(sensor, store, instance).run_requests == []
     clock.now = at(16)
-    assert [r.run_key for r in tick(sensor, store, instance).run_requests] == [
+    assert [r.run_key for r in run_requests(tick(sensor, store, instance))] == [
         f"schedule-{model}-20250301T160000Z"
     ]
 
@@ -376,7 +384,9 @@ def test_sensor_definitions() -> None:
     import definitions
     from pipeline.core.config import get_settings
 
-    by_name = {s.name: s for s in definitions.defs().sensors}
+    sensors = definitions.defs().sensors
+    assert sensors is not None
+    by_name = {s.name: s for s in sensors}
     assert set(by_name) == {
         "dataset_arrival_sensor",
         "evaluation_schedule_sensor",
@@ -416,7 +426,9 @@ def test_dev_writes_the_concurrency_limit_into_dagster_home(
     env = dagster_environment(settings)
     assert env["DAGSTER_HOME"] == str(home.resolve())
     with dg.DagsterInstance.from_config(str(home)) as loaded:
-        limits = loaded.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        run_queue = loaded.get_concurrency_config().run_queue_config
+        assert run_queue is not None
+        limits = run_queue.tag_concurrency_limits
         assert {"key": TAG_CONCURRENCY, "limit": 2} in limits
         assert {"key": TAG_MODEL, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
 
@@ -457,5 +469,7 @@ def test_postgres_instance_stores_runs_and_events(
         assert run is not None and run.is_success
         events = reopened.all_logs(run_id)
         assert any(e.dagster_event and e.dagster_event.is_step_success for e in events)
-        limits = reopened.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        run_queue = reopened.get_concurrency_config().run_queue_config
+        assert run_queue is not None
+        limits = run_queue.tag_concurrency_limits
         assert {"key": TAG_CONCURRENCY, "limit": settings.scheduler_max_concurrent} in limits

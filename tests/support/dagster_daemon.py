@@ -9,8 +9,6 @@ changes. Run as `python -m tests.support.dagster_daemon run -w workspace.yaml`.
 
 from __future__ import annotations
 
-import sys
-
 import dagster._daemon.controller as controller
 from dagster._daemon.cli import main
 
@@ -19,4 +17,4 @@ INTERVAL_SECONDS = 5
 
 if __name__ == "__main__":
     controller.DEFAULT_DAEMON_INTERVAL_SECONDS = INTERVAL_SECONDS
-    sys.exit(main())
+    main()  # Click's standalone mode exits the process itself.

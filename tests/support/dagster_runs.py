@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import ASSET_CHECKS, ASSETS
-from assets.partitions import TAG_TRIGGER, TAG_VERSIONS, dataset_versions, partition_key
+from assets.partitions import PARTITIONS_DEF_NAME, TAG_TRIGGER, TAG_VERSIONS, partition_key
 from assets.resources import resource_defs
 from pipeline.core.config import Settings
 
@@ -21,7 +21,7 @@ def materialize(
 ) -> dg.ExecuteInProcessResult:
     """Materialize every asset (and check) for the partition of the newest of `versions`."""
     keys = [partition_key(model_id, v) for v in versions]
-    instance.add_dynamic_partitions(dataset_versions.name, keys)
+    instance.add_dynamic_partitions(PARTITIONS_DEF_NAME, keys)
     return dg.materialize(
         [*ASSETS, *ASSET_CHECKS],
         partition_key=keys[-1],

@@ -58,8 +58,12 @@ class PgReset:
     def reset(self) -> None:
         raw = self.engine.raw_connection()
         try:
-            with raw.cursor() as cursor:
+            # SQLAlchemy types the cursor as a bare PEP 249 cursor, which is not a context manager.
+            cursor = raw.cursor()
+            try:
                 cursor.execute(self.sql)
+            finally:
+                cursor.close()
             raw.commit()
         finally:
             raw.close()

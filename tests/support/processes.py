@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 from tests.cli.test_dev_command import free_port, wait_for
@@ -94,7 +94,7 @@ class Started:
         return tree
 
 
-def started_processes() -> Iterator[Started]:
+def started_processes() -> Generator[Started, None, None]:
     """For a fixture: whatever is left of the started trees is killed afterwards."""
     record = Started()
     try:
