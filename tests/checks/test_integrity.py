@@ -7,7 +7,6 @@ the pipeline step, the upload hook and the known-rows store on SQLite and Postgr
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +64,7 @@ from tests.support.pipeline import (
     manifest,
     run_pipeline,
 )
+from tests.support.threads import run_together
 
 # --- fingerprints: pure ------------------------------------------------------------------------
 
@@ -605,23 +605,14 @@ def test_accepted_fingerprints_are_cached_once_per_version_and_agree_across_thre
     key = accepted_keys_key(1, item.dataset_version_id, scheme)
     assert not store.exists(key)  # built when first needed
 
-    results: list[Any] = []
-    errors: list[BaseException] = []
     repeat = pd.DataFrame(churn_rows(300, seed=2))
 
-    def worker() -> None:
-        try:
-            own = Services(settings, db=db, store=store)
-            record_accepted_fingerprints(own, item)
-            results.append(novel_rows(own, 1, repeat).known)
-        except BaseException as exc:
-            errors.append(exc)
+    def worker() -> int:
+        own = Services(settings, db=db, store=store)
+        record_accepted_fingerprints(own, item)
+        return novel_rows(own, 1, repeat).known
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = run_together(worker, 4)
     assert not errors
     assert results == [300] * 4
     cached = np.load(io.BytesIO(store.open(key).read()))

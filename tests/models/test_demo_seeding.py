@@ -13,6 +13,7 @@ from pipeline.core.db import Database
 from pipeline.core.tables import Model
 from pipeline.models import registry
 from pipeline.store.objectstore import LocalObjectStore
+from tests.support.threads import run_together
 
 
 def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
@@ -33,20 +34,9 @@ def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
 
     monkeypatch.setattr(registry, "demo_model", demo_model_after_both_counted)
     store = LocalObjectStore(settings.objects_dir)
-    results: list[list[str]] = []
-    errors: list[BaseException] = []
-
-    def seed() -> None:
-        try:
-            results.append([m.name for m in registry.seed_demo_models(db, store)])
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=seed) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    results, errors = run_together(
+        lambda: [m.name for m in registry.seed_demo_models(db, store)], 2
+    )
 
     assert errors == []
     assert sorted(results) == [[], ["customer-churn", "loan-default"]]

@@ -45,6 +45,7 @@ from tests.support.pipeline import (
     manifest,
     run_pipeline,
 )
+from tests.support.threads import run_together
 from tests.support.valuation import CANCER, DIABETES, register_frame_model, rows
 
 # Few resamples keep the suite fast; the rules do not depend on the count.
@@ -426,23 +427,15 @@ def test_two_concurrent_payers_of_one_valuation_pay_once(
 
     monkeypatch.setattr(payouts, "_valuation_members", read_then_wait)
     caplog.set_level("INFO", logger="pipeline.rewards.payouts")
-    results: list[Any] = []
-    errors: list[BaseException] = []
 
-    def pay() -> None:
+    def pay() -> Any:
         own = Services(svc.settings, store=store)  # its own engine and pool, as another process
         try:
-            results.append(pay_batch(own, 1, outcomes))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+            return pay_batch(own, 1, outcomes)
         finally:
             own.close()
 
-    threads = [threading.Thread(target=pay) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    results, errors = run_together(pay, 2)
     assert errors == [] and len(results) == 2
     # The loser of the race wrote, hit the ledger's unique rows or the job's status, and
     # rolled back.
