@@ -230,6 +230,19 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def usable_cores(pid: int | None) -> float:
+    """The cores a process may run on: its CPU affinity, capped by a cgroup v2 CPU quota."""
+    try:
+        cores: float = len(os.sched_getaffinity(pid or 0))
+    except OSError:  # the process is gone, or not on this machine
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else min(cores, int(quota) / int(period))
+
+
 def create_key(base_url: str) -> str:
     response = httpx.post(
         f"{base_url}/api/v1/keys",
@@ -334,8 +347,8 @@ def run(
         print(f"upload_server_cpu_seconds: {server_cpu:.2f}")
         # The least ratio this server's work allows here: its CPU spread over every core it
         # may use, with nothing else running, against the same baseline.
-        cores = len(os.sched_getaffinity(pid)) if pid else os.cpu_count() or 1
-        print(f"ratio_floor: {server_cpu / cores / baseline:.2f} ({cores} cores)")
+        cores = usable_cores(pid)
+        print(f"ratio_floor: {server_cpu / cores / baseline:.2f} ({cores:g} cores)")
     print(f"server_peak_rss_mb: {rss:.0f}" if rss is not None else "server_peak_rss_mb: n/a")
     breakdown = server_breakdown(server_log)
     if breakdown:

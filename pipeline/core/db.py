@@ -31,7 +31,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = sqlite_file(make_url(url))
+        parsed = make_url(url)
+        path = sqlite_file(parsed)
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
@@ -40,8 +41,12 @@ def make_engine(url: str) -> Engine:
             hide_parameters=True,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
-        if path is not None:
-            serialize_writers(engine, path, SQLITE_BUSY_SECONDS)
+        # A shared-cache in-memory database is one database for every connection of the
+        # process, and a clash there fails at once ("table is locked"): queue its writers too.
+        shared = parsed.query.get("cache") == "shared" and parsed.database
+        writers = path if path is not None else shared
+        if writers:
+            serialize_writers(engine, writers, SQLITE_BUSY_SECONDS)
         return engine
     # A server that stops answering must fail a request in seconds (503), not hang it: libpq
     # waits forever by default. A connect_timeout in the URL wins.

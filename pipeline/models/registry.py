@@ -375,7 +375,8 @@ def _seed_empty_store(
     Callers hold the store's preparation lock (`pipeline.core.store_lock`), so one process
     seeds at a time. Should two still seed one empty store together (a PostgreSQL lock session
     cut by a proxy or an operator), the second fails on the unique model name: its transaction
-    is rolled back and the first one's models stand, as if it had found them.
+    is rolled back and the first one's models stand, as if it had found them (or, once the
+    first has committed, it finds them by name and registers them again, unchanged).
     """
     try:
         return _seed_once(db, owner_user_id, register)

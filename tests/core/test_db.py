@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from pipeline.core.db import make_engine
+from tests.support.threads import run_together
 
 
 @pytest.mark.parametrize(
@@ -52,3 +54,23 @@ def test_an_in_memory_uri_makes_no_folder(tmp_path: Path, monkeypatch: pytest.Mo
     finally:
         engine.dispose()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_writers_of_a_shared_in_memory_database_queue_instead_of_failing() -> None:
+    engine = make_engine("sqlite:///file:shared-writers?mode=memory&cache=shared&uri=true")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE t (id INTEGER)"))
+
+        def write() -> None:
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO t VALUES (1)"))
+                time.sleep(0.2)  # holds the write while the other thread comes
+
+        _, errors = run_together(write, 2, timeout=30)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT count(*) FROM t")).scalar_one()
+    finally:
+        engine.dispose()
+    assert errors == []
+    assert rows == 2

@@ -39,6 +39,9 @@ def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
     )
 
     assert errors == []
-    assert sorted(results) == [[], ["customer-churn", "loan-default"]]
+    # The second found the store seeded (IntegrityError on the name, rolled back), or, when the
+    # first had committed before it looked the names up, found the same models by name.
+    demo = ["customer-churn", "loan-default"]
+    assert demo in results and all(names in ([], demo) for names in results)
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(Model)) == len(registry.DEMO_MODELS)
