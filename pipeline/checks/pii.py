@@ -88,6 +88,14 @@ def confirm(
     return found
 
 
+def confirm_cost(value: str, entities: Sequence[str]) -> int:
+    """What confirming `value` costs, in candidates: each run of digits the phone recognizer
+    parses (in every region it knows: about 2 ms a run) counts as one, any other value as one."""
+    if "PHONE_NUMBER" not in entities:
+        return 1
+    return max(1, sum(1 for _ in _PHONE_CANDIDATE.finditer(value)))
+
+
 def warm_up() -> None:
     """Load the analyzer now (one to two seconds) rather than during the first scan."""
     _analyzer()

@@ -7,7 +7,8 @@ it passes are kept per column, and `report()` has Presidio (`pipeline.checks.pii
 with only the recognizers of the entity types the pre-filter saw in each.
 
 Presidio's cost is bounded by the candidates, and they are bounded too: at most MAX_SAMPLE_SIZE
-distinct candidates are confirmed in all, shared fairly between the columns, and at most
+distinct candidates are confirmed in all (a value holding many digit runs counts each run the
+phone recognizer parses: `pii.confirm_cost`), shared fairly between the columns, and at most
 CANDIDATE_CHAR_BUDGET characters are held. When a file has more, the confirmed ones are a
 uniform sample of each column's distinct candidates over the whole file (bottom-k: those with
 the smallest keyed hash), never its head, and the report says it was sampled. Reports name
@@ -259,11 +260,23 @@ class PiiScanner:
         self.flush()
         started = time.perf_counter()
         stores = list(self._candidates.values())
-        quotas = _fair_quotas([len(s.bits) for s in stores], self.settings.max_sample_size)
+        # Each column's candidates in sample order (smallest key first) with what confirming
+        # each costs: a long text full of digit runs costs as much as that many short values,
+        # so the bound is on the candidates Presidio parses, not on the values holding them.
+        ordered = [store.smallest(len(store.bits)) for store in stores]
+        costs = [
+            np.cumsum([pii.confirm_cost(v, entities_of(s.bits[v])) for v in vals], dtype=np.int64)
+            for s, vals in zip(stores, ordered, strict=True)
+        ]
+        quotas = _fair_quotas(
+            [int(c[-1]) if len(c) else 0 for c in costs], self.settings.max_sample_size
+        )
         values: list[str] = []
         owners: list[str] = []
-        for name, store, quota in zip(self._candidates, stores, quotas, strict=True):
-            chosen = store.smallest(quota)
+        truncated = False
+        for name, vals, cost, quota in zip(self._candidates, ordered, costs, quotas, strict=True):
+            chosen = vals[: int(np.searchsorted(cost, quota, side="right"))]
+            truncated |= len(chosen) < len(vals)
             values.extend(chosen)
             owners.extend([name] * len(chosen))
         entities = [
@@ -276,7 +289,7 @@ class PiiScanner:
             for entity in kinds:
                 counts = findings.setdefault(owner, {})
                 counts[entity] = counts.get(entity, 0) + 1
-        sampled = any(s.dropped for s in stores) or sum(quotas) < sum(len(s.bits) for s in stores)
+        sampled = any(s.dropped for s in stores) or truncated
         report = PiiReport(
             findings={name: dict(sorted(c.items())) for name, c in findings.items()},
             scanned_columns=tuple(self.columns),

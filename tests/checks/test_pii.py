@@ -274,6 +274,25 @@ def test_confirmed_candidates_are_bounded_and_shared_fairly_between_columns(
     assert report.scanned_columns == ("few", "some", "many_a", "many_b")
 
 
+def test_a_text_full_of_digit_runs_counts_each_run_against_the_bound(tmp_path: Path) -> None:
+    # Each run is a phone candidate Presidio parses in every region it knows (about 2 ms): 100
+    # runs in one cell cost what 100 short values do, so a small file of such cells cannot
+    # hold the analyzer for minutes.
+    settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=250, batch_size=8)
+    cells = [" ".join(f"n{cell:02d}{run:08d}" for run in range(100)) for cell in range(6)]
+    assert all(pii.confirm_cost(cell, ["PHONE_NUMBER"]) == 100 for cell in cells)
+    assert pii.confirm_cost(cells[0], ["EMAIL_ADDRESS"]) == 1
+
+    report = pii_scan.scan_frame(
+        pd.DataFrame({"log": cells, "mail": ["a@example.com"] * 6}), settings
+    )
+
+    assert report.candidate_values == 6 + 6
+    assert report.confirmed_values == 1 + 2  # the address, and two cells of 100 runs
+    assert report.sampled
+    assert report.findings["mail"] == {"EMAIL_ADDRESS": 1}
+
+
 def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> None:
     settings = Settings(marketplace_data_dir=tmp_path, max_sample_size=100, batch_size=7)
     emails = [f"user{i}@example.com" for i in range(1000)]
