@@ -228,3 +228,25 @@ def test_timestamps_and_ids_written_as_integers_are_accepted(client, key_headers
     response = upload(client, key_headers, csv_bytes(table), "bench.csv", **fields)
 
     assert response.status_code == 201, response.text
+
+
+# Luhn-valid; Presidio's card pattern takes up to 17 digits.
+CARDS = ["4111111111111111", "41111111111111113", "60110009901394249"]
+
+
+@pytest.mark.parametrize("input_columns", ["", "card_number", ",".join([*FEATURES, "card_number"])])
+def test_card_numbers_above_2_to_53_in_a_fingerprinted_column_are_refused(
+    client, key_headers, db, settings, input_columns
+) -> None:
+    # A fingerprinted number column's reader parses float64: 41111111111111113 would reach the
+    # scan as 41111111111111112, which fails Luhn. The scan must see the file's digits.
+    rows = 60
+    cards = [CARDS[i % 3] for i in range(rows)]
+    table = churn_table(rows, card_number=pa.array(cards, pa.string()))
+    data = csv_bytes(table).replace(b'"', b"")  # unquoted: the CSV reader infers integers
+    assert float(cards[1]) != int(cards[1]) and float(cards[2]) != int(cards[2])
+
+    response = upload(client, key_headers, data, "bench.csv", input_columns=input_columns)
+
+    assert_refused(response, "card_number", "CREDIT_CARD", 3)
+    assert_nothing_stored(db, settings)
