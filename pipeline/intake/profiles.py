@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline.checks.pii_nested import holds_nested_text
 from pipeline.checks.pii_numbers import holds_contact_numbers
 from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
 from pipeline.core.config import Settings
@@ -295,7 +296,7 @@ def profile_parquet(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
     columns = list(schema.names)
-    text_columns = [f.name for f in schema if is_text_type(f.type)]
+    text_columns = [f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type)]
     builder = _ProfileBuilder(columns, text_columns, pii)
     budget = ReadBudget.for_file(size)
     rows = 0
