@@ -224,7 +224,7 @@ def test_a_card_number_column_reaches_the_scan_as_its_digits_and_fingerprints_al
     path = tmp_path / "cards.csv"
     path.write_bytes(data)
     plan = FingerprintPlan(TARGET, ("calls", "fiber", "card_number"), "test", "classification")
-    settings = Settings(marketplace_data_dir=str(tmp_path / "data"))
+    settings = Settings(marketplace_data_dir=tmp_path / "data")
     with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=settings) as intake:
         intake.plan_fingerprints(plan)
         for start in range(0, len(data), 3000):
