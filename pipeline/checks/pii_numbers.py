@@ -58,7 +58,13 @@ def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     Floats and decimals count when whole ("4155550123.0" is the number 4155550123)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    big = pc.greater_equal(column, LONG_NUMBER)
+    kind = column.type
+    # Compared as int64, a uint64 above 2^63 fails the comparison; float16 has no kernels.
+    if pa.types.is_integer(kind):
+        column = column.cast(pa.uint64() if pa.types.is_unsigned_integer(kind) else pa.int64())
+    elif pa.types.is_float16(kind):
+        column = column.cast(pa.float32())
+    big = pc.greater_equal(column, pa.scalar(LONG_NUMBER, _bound_type(column.type)))
     if not pa.types.is_unsigned_integer(column.type):
         big = pc.or_(big, pc.less_equal(column, -LONG_NUMBER))
     column = column.filter(big)  # NaN compares false and null masks drop: both leave
@@ -72,6 +78,12 @@ def long_numbers(column: pa.Array | pa.ChunkedArray) -> pa.Array:
         column = column.filter(pc.equal(pc.floor(column), column))
         column = column.cast(_scale_zero(kind))
     return column.cast(pa.string())
+
+
+def _bound_type(kind: pa.DataType) -> pa.DataType:
+    """The type to write the bound in: the column's own for integers (no cast of the column to a
+    common type), int64 otherwise (floats and decimals take it)."""
+    return kind if pa.types.is_integer(kind) else pa.int64()
 
 
 def _scale_zero(kind: pa.DataType) -> pa.DataType:

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checks import pii
+from pipeline.checks.pii_nested import holds_nested_text, nested_text
 from pipeline.checks.pii_numbers import holds_contact_numbers, is_number_type, long_numbers
 from pipeline.checks.pii_prefilter import candidates, entities_of, gate_run_values, text_values
 from pipeline.core.config import Settings
@@ -183,11 +184,14 @@ class PiiScanner:
         self._gated: dict[str, int] = {}  # likewise: the gate's run length; 0: not gated
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
-        """Pre-filter one batch of column `name`: a text or dictionary-of-text array, or numbers
-        (of a column `holds_contact_numbers` names), whose long ones are scanned as text."""
+        """Pre-filter one batch of column `name`: a text or dictionary-of-text array, nested or
+        binary values (their text leaves: `pii_nested`), or numbers (of a column
+        `holds_contact_numbers` names), whose long ones are scanned as text."""
         started = time.perf_counter()
         if is_number_type(column.type):
             column = long_numbers(column)
+        elif holds_nested_text(column.type):
+            column = nested_text(column)
         elif not is_text_type(column.type):  # a "phone" column of booleans or dates
             return
         self.scanned += len(column) - column.null_count
@@ -337,7 +341,11 @@ def is_text_type(kind: pa.DataType) -> bool:
 
 def scanned_type(name: str, kind: pa.DataType) -> bool:
     """Whether a column of this name and type is scanned: text, or contact numbers."""
-    return is_text_type(kind) or (is_number_type(kind) and holds_contact_numbers(name))
+    return (
+        is_text_type(kind)
+        or holds_nested_text(kind)
+        or (is_number_type(kind) and holds_contact_numbers(name))
+    )
 
 
 def scan_table(table: pa.Table, settings: Settings) -> PiiReport:

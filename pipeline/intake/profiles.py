@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline.checks.pii_nested import holds_nested_text
 from pipeline.checks.pii_numbers import holds_contact_numbers
 from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
 from pipeline.core.config import Settings
@@ -140,6 +141,8 @@ def _has_value(column: pa.Array) -> bool:
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     kind = column.type
+    if pa.types.is_string_view(kind):  # the trim kernels take no views (pyarrow 26)
+        column, kind = column.cast(pa.large_string()), pa.large_string()
     if _is_text_type(kind):
         return pc.any(pc.not_equal(pc.utf8_trim_whitespace(column), "")).as_py() is True
     if pa.types.is_floating(kind):
@@ -291,9 +294,9 @@ def profile_parquet(
         schema = parquet.schema_arrow
         metadata = parquet.metadata
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
+        raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
     columns = list(schema.names)
-    text_columns = [f.name for f in schema if is_text_type(f.type)]
+    text_columns = [f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type)]
     builder = _ProfileBuilder(columns, text_columns, pii)
     budget = ReadBudget.for_file(size)
     rows = 0
@@ -307,12 +310,31 @@ def profile_parquet(
     except DatasetBoundsError as exc:
         raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidInput(f"not a valid Parquet file: {_first_line(exc)}") from None
+        raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
     return builder.profile(PARQUET, rows=rows)
 
 
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or ["unreadable"])[0][:200]
+# What pyarrow's message says went wrong, in words of ours: its messages can quote a cell
+# ("Integer value 18446744073709551615 not in range") or a path, and a refusal never does.
+_PARQUET_REASONS = (
+    (re.compile(r"thrift", re.I), "its metadata cannot be decoded"),
+    (re.compile(r"magic", re.I), "it lacks the Parquet magic bytes"),
+    (re.compile(r"reported by footer", re.I), "its footer claims more bytes than it holds"),
+    (re.compile(r"compress", re.I), "a compressed page is corrupt"),
+    (re.compile(r"end of (stream|file)|EOF|truncat|no more data", re.I), "it is truncated"),
+    (
+        re.compile(r"no kernel|not implemented|unsupported", re.I),
+        "it holds a type or encoding this service cannot read",
+    ),
+)
+
+
+def _parquet_reason(exc: Exception) -> str:
+    message = str(exc)
+    for pattern, reason in _PARQUET_REASONS:
+        if pattern.search(message):
+            return reason
+    return "its data cannot be decoded"
 
 
 def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:

@@ -38,7 +38,7 @@ from pipeline.intake.profiles import (
     read_csv_head,
     sniff_format,
 )
-from pipeline.intake.relayed_batches import BatchRelay, relayed_csv_batches
+from pipeline.intake.relayed_batches import BatchRelay, checked_types, relayed_csv_batches
 from pipeline.intake.streamed_fingerprints import (
     FINGERPRINTS_FILENAME,
     FingerprintJob,
@@ -356,7 +356,7 @@ class DatasetIntake:
                             self.pii,
                             block_bytes=dataset_batches.CSV_BLOCK_BYTES,
                             on_batch=relay.put,
-                            typed=relay.types(),
+                            typed=checked_types(relay.types()),
                         )
                         relay.finish()
                     except RetypeColumns:  # the CSV's types change below its first block:

@@ -11,7 +11,11 @@ the file with its own reader, as it did before.
 The job tells the checks the types its reader gives the columns (`publish_types`), and the
 checks read the numbers and booleans among them typed, as that reader does: the job then only
 encodes the text columns. Where a value does not convert, the checks read the file again as
-text and `give_up` the relay: the job reads the file itself.
+text and `give_up` the relay: the job reads the file itself. The checks read the columns the
+PII scan reads as numbers (`pii_numbers.holds_contact_numbers`) as text all the same
+(`checked_types`): a float64 holds 15 to 17 significant digits, so a 17-digit card number would
+reach the scan with its last digit changed; the job converts those columns' text as it does
+every column's when its types are not published.
 
 The relay holds a few batches: the checks wait for a slower job, never the other way round
 beyond that. The job leaves the relay when it stops (`detach`), so the checks never wait for
@@ -27,6 +31,7 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 
 from pipeline.checks.benchmark_fingerprints import BatchSource
+from pipeline.checks.pii_numbers import holds_contact_numbers
 from pipeline.intake.streamed_fingerprints import FingerprintCancelled
 from pipeline.store.dataset_batches import CsvSource, RetypeColumns
 
@@ -117,6 +122,12 @@ class BatchRelay:
                 batch = self._batches.popleft()
                 self._ready.notify_all()
             yield batch
+
+
+def checked_types(types: Mapping[str, pa.DataType]) -> dict[str, pa.DataType]:
+    """The job's types the checks may read typed: not those of columns the PII scan reads as
+    numbers, whose digits must reach it as the file writes them (see the module docstring)."""
+    return {name: kind for name, kind in types.items() if not holds_contact_numbers(name)}
 
 
 def relayed_csv_batches(relay: BatchRelay, file_source: CsvSource) -> BatchSource:

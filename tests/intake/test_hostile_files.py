@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,9 @@ from sqlalchemy import func, select
 
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.errors import Unprocessable
+from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion
+from pipeline.intake import profiles
 from pipeline.intake.profiles import profile_parquet
 from pipeline.intake.receiving import upload_tmp_root
 from pipeline.store.bounded_read import (
@@ -321,3 +322,38 @@ def test_a_readable_row_count_is_reported_for_an_honest_multi_group_file(tmp_pat
     assert profile.row_count == 569
     assert set(profile.filled) == set(frame.columns)
     assert isinstance(read_dataset(path, "parquet"), pd.DataFrame)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Integer value 18446744073709551615 not in range: 0 to 9223372036854775807",
+        "Couldn't deserialize thrift: near 'jane.doe@example.com'",
+        "Failed to parse 'jane.doe@example.com' as a timestamp",
+    ],
+)
+def test_a_parquet_refusal_says_what_failed_without_quoting_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str
+) -> None:
+    # pyarrow's messages may quote a cell; the refusal names the failure in words of its own.
+    path = tmp_path / "t.parquet"
+    pq.write_table(cancer_table(), path)
+
+    def failing(*_: Any, **__: Any) -> Iterator[pa.RecordBatch]:
+        raise pa.ArrowInvalid(message)
+
+    monkeypatch.setattr(profiles, "iter_parquet_batches", failing)
+    with pytest.raises(InvalidInput) as refused:
+        profile_parquet(path, None)
+
+    reason = str(refused.value)
+    assert reason.startswith("not a valid Parquet file: ")
+    assert "18446744073709551615" not in reason and "jane.doe" not in reason
+
+    monkeypatch.undo()
+    data = path.read_bytes()
+    footer = int.from_bytes(data[-8:-4], "little")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(data[: -8 - footer] + b"\xff" * footer + data[-8:])
+    with pytest.raises(InvalidInput, match=r"^not a valid Parquet file: its metadata cannot be"):
+        profile_parquet(junk, None)

@@ -228,3 +228,87 @@ def test_timestamps_and_ids_written_as_integers_are_accepted(client, key_headers
     response = upload(client, key_headers, csv_bytes(table), "bench.csv", **fields)
 
     assert response.status_code == 201, response.text
+
+
+# Luhn-valid; Presidio's card pattern takes up to 17 digits.
+CARDS = ["4111111111111111", "41111111111111113", "60110009901394249"]
+
+
+@pytest.mark.parametrize("input_columns", ["", "card_number", ",".join([*FEATURES, "card_number"])])
+def test_card_numbers_above_2_to_53_in_a_fingerprinted_column_are_refused(
+    client, key_headers, db, settings, input_columns
+) -> None:
+    # A fingerprinted number column's reader parses float64: 41111111111111113 would reach the
+    # scan as 41111111111111112, which fails Luhn. The scan must see the file's digits.
+    rows = 60
+    cards = [int(CARDS[i % 3]) for i in range(rows)]
+    data = csv_bytes(churn_table(rows, card_number=pa.array(cards, pa.int64())))
+    assert float(cards[1]) != cards[1] and float(cards[2]) != cards[2]
+
+    response = upload(client, key_headers, data, "bench.csv", input_columns=input_columns)
+
+    assert_refused(response, "card_number", "CREDIT_CARD", 3)
+    assert_nothing_stored(db, settings)
+
+
+def addresses(rows: int) -> list[str]:
+    return [f"jane.doe{i % 5}@example.com" for i in range(rows)]
+
+
+NESTED_COLUMNS: dict[str, Callable[[list[str]], pa.Array]] = {
+    "list": lambda e: pa.array([["n/a", v] for v in e], pa.list_(pa.string())),
+    "large_list": lambda e: pa.array([[v] for v in e], pa.large_list(pa.large_string())),
+    "list_of_structs": lambda e: pa.array(
+        [[{"kind": "work", "email": v}] for v in e],
+        pa.list_(pa.struct([("kind", pa.string()), ("email", pa.string())])),
+    ),
+    "struct": lambda e: pa.array(
+        [{"id": i, "email": v} for i, v in enumerate(e)],
+        pa.struct([("id", pa.int64()), ("email", pa.string())]),
+    ),
+    "map_items": lambda e: pa.array([[("email", v)] for v in e], pa.map_(pa.string(), pa.string())),
+    "map_keys": lambda e: pa.array([[(v, 1)] for v in e], pa.map_(pa.string(), pa.int32())),
+    # A byte that is not UTF-8 in every value: the text around it is still read.
+    "binary": lambda e: pa.array([b"\xff " + v.encode() for v in e], pa.binary()),
+    "large_binary": lambda e: pa.array([v.encode() for v in e], pa.large_binary()),
+    "fixed_size_binary": lambda e: pa.array([v.encode().ljust(24) for v in e], pa.binary(24)),
+    "string_view": lambda e: pa.array(e, pa.string_view()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NESTED_COLUMNS))
+def test_emails_in_nested_binary_and_view_parquet_columns_are_refused(
+    client, key_headers, db, settings, kind
+) -> None:
+    rows = 60
+    column = NESTED_COLUMNS[kind](addresses(rows))
+    data = parquet_bytes(churn_table(rows, contact_info=column), row_group_size=20)
+    assert pq.read_schema(io.BytesIO(data)).field("contact_info").type == column.type
+
+    response = upload(client, key_headers, data, "bench.parquet", allow_pii="false")
+
+    assert_refused(response, "contact_info", "EMAIL_ADDRESS", 5)
+    assert_nothing_stored(db, settings)
+
+
+def test_a_phone_column_of_float16_is_a_valid_file(client, key_headers) -> None:
+    # float16 holds no whole number of 8 digits (its largest is 65504): nothing to scan.
+    table = churn_table(60, phone=pa.array(np.full(60, 1000.0, dtype=np.float16)))
+    fields = {"input_columns": ",".join(FEATURES)}
+
+    response = upload(client, key_headers, parquet_bytes(table, 20), "bench.parquet", **fields)
+
+    assert response.status_code == 201, response.text
+
+
+def test_a_uint64_phone_column_above_2_to_63_is_scanned_and_never_quoted(
+    client, key_headers, db, settings
+) -> None:
+    phones = [2**64 - 1] * 59 + [4155550123]
+    table = churn_table(60, phone=pa.array(phones, pa.uint64()))
+
+    response = upload(client, key_headers, parquet_bytes(table, 20), "bench.parquet")
+
+    assert_refused(response, "phone", "PHONE_NUMBER", 1)
+    assert str(2**64 - 1) not in response.text
+    assert_nothing_stored(db, settings)

@@ -212,6 +212,31 @@ def test_the_checks_profile_is_the_same_whether_they_read_numbers_typed_or_as_te
     assert fingerprints == sequential(path, CSV, as_text.columns, tmp_path, RATE_PLAN)
 
 
+def test_a_card_number_column_reaches_the_scan_as_its_digits_and_fingerprints_alike(
+    tmp_path: Path,
+) -> None:
+    # Read as the job's float64, 41111111111111113 is 41111111111111112 (Luhn fails): the
+    # checks read the column as text, the job converts it as its own reader parses it.
+    cards = [41111111111111113, 60110009901394249, 4111111111111111, None, 12]
+    lines = typed_csv().decode().splitlines()
+    rows = [f"{line},{cards[i % 5] or ''}" for i, line in enumerate(lines[1:])]
+    data = "\n".join([lines[0] + ",card_number", *rows]).encode() + b"\n"
+    path = tmp_path / "cards.csv"
+    path.write_bytes(data)
+    plan = FingerprintPlan(TARGET, ("calls", "fiber", "card_number"), "test", "classification")
+    settings = Settings(marketplace_data_dir=tmp_path / "data")
+    with DatasetIntake(tmp_path / "uploads", max_bytes=10 * MB, pii=settings) as intake:
+        intake.plan_fingerprints(plan)
+        for start in range(0, len(data), 3000):
+            intake.write(data[start : start + 3000])
+        received = intake.finish()
+        assert intake.fingerprint_job is not None
+        intake.fingerprint_job.result()
+        fingerprints = intake.fingerprint_job.out.read_bytes()
+    assert received.profile.pii_report().findings == {"card_number": {"CREDIT_CARD": 3}}
+    assert fingerprints == sequential(path, CSV, received.profile.columns, tmp_path, plan)
+
+
 @pytest.mark.parametrize(
     "late",
     [

@@ -1,0 +1,110 @@
+"""The text held in nested and binary columns, for the PII scan.
+
+The pipeline's scan of a pandas frame reads lists, dicts and bytes as their text
+(`pii_scan.scan_frame`); Parquet keeps them as lists, large lists, structs, maps and binary
+columns, and an e-mail in any of them is the same e-mail. Their text leaves (strings, and
+binary values decoded as UTF-8 with invalid bytes replaced) are taken out batch by batch with
+Arrow's own flattening, so they meet the pre-filter as one text array per batch, within the
+scanner's usual budget. Number leaves are left out: a number column is scanned only when its
+name says it holds contact numbers (`pii_numbers`), and a field's name is not the column's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def holds_nested_text(kind: pa.DataType) -> bool:
+    """A binary type, or a nested type with a text or binary leaf (not plain text)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return _is_binary(kind) or (_children(kind) != [] and _has_text(kind))
+
+
+def nested_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Every text leaf of `column`, as one large_string array (nulls kept, scanned as none)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    leaves = [leaf for chunk in chunks for leaf in _leaves(chunk)]
+    if not leaves:
+        return pa.array([], pa.large_string())
+    return leaves[0] if len(leaves) == 1 else pa.concat_arrays(leaves)
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    )
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_binary_view(kind)
+        or pa.types.is_fixed_size_binary(kind)
+    )
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_list(kind)
+        or pa.types.is_large_list(kind)
+        or pa.types.is_fixed_size_list(kind)
+        or pa.types.is_list_view(kind)
+        or pa.types.is_large_list_view(kind)
+    )
+
+
+def _children(kind: pa.DataType) -> list[pa.DataType]:
+    if pa.types.is_map(kind):
+        return [kind.key_type, kind.item_type]
+    if _is_list(kind):
+        return [kind.value_type]
+    if pa.types.is_struct(kind):
+        return [kind.field(i).type for i in range(kind.num_fields)]
+    return []
+
+
+def _has_text(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if _is_string(kind) or _is_binary(kind):
+        return True
+    return any(_has_text(child) for child in _children(kind))
+
+
+def _leaves(array: pa.Array) -> Iterator[pa.Array]:
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        array = array.dictionary_decode()
+        kind = array.type
+    if not _has_text(kind):
+        return
+    if _is_string(kind):
+        yield array.cast(pa.large_string())
+    elif _is_binary(kind):
+        yield _decoded(array)
+    elif pa.types.is_map(kind):
+        # MapArray.keys and .items ignore a slice's offset; as a list of entries they do not.
+        entries = pa.list_(pa.struct([kind.key_field, kind.item_field]))
+        yield from _leaves(pc.list_flatten(array.cast(entries)))
+    elif _is_list(kind):
+        yield from _leaves(pc.list_flatten(array))
+    elif pa.types.is_struct(kind):
+        for child in array.flatten():  # with the parent's nulls and offset applied
+            yield from _leaves(child)
+
+
+def _decoded(array: pa.Array) -> pa.Array:
+    """Binary values as text: as they are when valid UTF-8 (no copy per value), else each value
+    decoded with U+FFFD for its invalid bytes, so the text around them is still read."""
+    if pa.types.is_fixed_size_binary(array.type):
+        array = array.cast(pa.binary())
+    try:
+        return array.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        values = [None if v is None else v.decode("utf-8", "replace") for v in array.to_pylist()]
+        return pa.array(values, pa.large_string())
