@@ -30,6 +30,7 @@ from pipeline.checks.pii_numbers import holds_contact_numbers
 from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
 from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
+from pipeline.core.text import has_control_characters
 from pipeline.intake.late_text import LateText, scan_before_turns
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
@@ -212,11 +213,23 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
 
 
 def check_column_names(columns: list[str]) -> None:
-    """Unprocessable (422) for a name given twice (a set, not list.count: a header may hold
-    tens of thousands of names)."""
+    """Unprocessable (422) for a name given twice or holding a control character (NUL breaks
+    PostgreSQL text, the others logs and column matching, as in form fields). Linear: a header
+    may hold tens of thousands of names."""
+    controls = [name for name in columns if has_control_characters(name)]
+    if controls:
+        raise Unprocessable(
+            f"column names must not contain control characters: {_listed(controls)}"
+        )
     duplicates = sorted(name for name, count in Counter(columns).items() if count > 1)
     if duplicates:
-        raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
+        raise Unprocessable(f"duplicate column names: {_listed(duplicates)}")
+
+
+def _listed(names: list[str], shown: int = 10) -> str:
+    """Names as their repr (control characters escaped), the first `shown` of them."""
+    text = ", ".join(map(repr, names[:shown]))
+    return text if len(names) <= shown else f"{text} and {len(names) - shown} more"
 
 
 def csv_error_reason(exc: Exception, block_bytes: int = CSV_BLOCK_BYTES) -> str:
