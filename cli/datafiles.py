@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +176,7 @@ def _csv_rows(path: Path, schema: dict[str, Any]) -> tuple[list[dict[str, Any]],
             if header is None:
                 raise RowFileError(f"{path.name}: the CSV file is empty (no header line)")
             header = [name.strip() for name in header]
-            duplicates = sorted({n for n in header if header.count(n) > 1})
+            duplicates = sorted(n for n, count in Counter(header).items() if count > 1)
             if duplicates:
                 raise RowFileError(
                     f"{path.name}: the header repeats column(s) {', '.join(duplicates)}"

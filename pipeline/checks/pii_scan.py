@@ -136,6 +136,11 @@ class _ColumnCandidates:
         self.bits[value] = bits
         self.chars += len(value)
         heapq.heappush(self._heap, (-key, value))
+        self.shrink(self.char_budget)
+
+    def shrink(self, char_budget: int) -> None:
+        """Hold at most `char_budget` characters from now on (evicting the largest keys)."""
+        self.char_budget = char_budget
         while self._heap and self._over(0, 0):
             _, evicted = heapq.heappop(self._heap)
             del self.bits[evicted]
@@ -182,6 +187,19 @@ class PiiScanner:
         self._pending_bytes = dict.fromkeys(self.columns, 0)
         self._repetitive: dict[str, bool] = {}  # decided on each column's first pass
         self._gated: dict[str, int] = {}  # likewise: the gate's run length; 0: not gated
+
+    def add_column(self, name: str) -> None:
+        """Scan column `name` too (a CSV column that turns to text below the file's head); the
+        columns share the candidate characters' budget again."""
+        if name in self._candidates:
+            return
+        self.columns.append(name)
+        share = CANDIDATE_CHAR_BUDGET // len(self.columns)
+        for store in self._candidates.values():
+            store.shrink(share)
+        self._candidates[name] = _ColumnCandidates(self.settings.max_sample_size, share)
+        self._pending[name] = []
+        self._pending_bytes[name] = 0
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name`: a text or dictionary-of-text array, nested or

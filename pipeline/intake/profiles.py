@@ -14,10 +14,11 @@ from __future__ import annotations
 import codecs
 import io
 import re
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +30,8 @@ from pipeline.checks.pii_numbers import holds_contact_numbers
 from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
 from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
+from pipeline.core.text import has_control_characters
+from pipeline.intake.late_text import LateText, scan_before_turns
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -36,7 +39,7 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
-from pipeline.store.dataset_batches import RetypeColumns
+from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
@@ -92,10 +95,15 @@ class DatasetProfile:
 class _ProfileBuilder:
     """Accumulates a profile batch by batch."""
 
-    def __init__(self, columns: list[str], text_columns: Iterable[str], pii: Settings | None):
-        duplicates = sorted({name for name in columns if columns.count(name) > 1})
-        if duplicates:
-            raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
+    def __init__(
+        self,
+        columns: list[str],
+        text_columns: Iterable[str],
+        pii: Settings | None,
+        other_types: Mapping[str, pa.DataType] | None = None,
+    ):
+        """`other_types`: a CSV head's types of its other columns, watched for later text."""
+        check_column_names(columns)
         self.columns = columns
         self.rows = 0
         self.filled: set[str] = set()
@@ -103,6 +111,7 @@ class _ProfileBuilder:
         text = [name for name in columns if name in texts or holds_contact_numbers(name)]
         scan = pii is not None and pii.enable_pii_detection
         self.pii = PiiScanner(pii, text) if pii is not None and scan else None
+        self.late = LateText(other_types, text) if self.pii is not None and other_types else None
 
     def add(
         self, batch: pa.RecordBatch, *, count_rows: bool = True, parsed: Collection[str] = ()
@@ -110,6 +119,9 @@ class _ProfileBuilder:
         """`parsed`: columns a CSV reader converted from text (numbers, booleans). Their nulls
         are the reader's null values (blank, "NaN", "NA"...), so any non-null value counts as
         filled, as a non-blank text value does in a text read."""
+        if self.late is not None and self.pii is not None:
+            for name in self.late.check(batch, self.rows):
+                self.pii.add_column(name)
         if count_rows:
             self.rows += batch.num_rows
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
@@ -155,10 +167,12 @@ def _has_value(column: pa.Array) -> bool:
 
 @dataclass(frozen=True)
 class CsvHead:
-    """The header's column names, and which columns look like text in the first rows."""
+    """The header's column names, which columns look like text in the first rows, and the
+    types the first rows give the others (numbers, booleans, dates)."""
 
     columns: list[str]
     text_columns: set[str]
+    other_types: dict[str, pa.DataType] = field(default_factory=dict)
 
 
 def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
@@ -193,10 +207,29 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
         if _is_text_type(f.type) or pa.types.is_binary(f.type) or pa.types.is_null(f.type)
     }
     columns = list(table.column_names)
-    duplicates = sorted({name for name in columns if columns.count(name) > 1})
+    check_column_names(columns)
+    others = {f.name: f.type for f in table.schema if f.name not in text}
+    return CsvHead(columns=columns, text_columns=text, other_types=others)
+
+
+def check_column_names(columns: list[str]) -> None:
+    """Unprocessable (422) for a name given twice or holding a control character (NUL breaks
+    PostgreSQL text, the others logs and column matching, as in form fields). Linear: a header
+    may hold tens of thousands of names."""
+    controls = [name for name in columns if has_control_characters(name)]
+    if controls:
+        raise Unprocessable(
+            f"column names must not contain control characters: {_listed(controls)}"
+        )
+    duplicates = sorted(name for name, count in Counter(columns).items() if count > 1)
     if duplicates:
-        raise Unprocessable(f"duplicate column names: {', '.join(map(repr, duplicates))}")
-    return CsvHead(columns=columns, text_columns=text)
+        raise Unprocessable(f"duplicate column names: {_listed(duplicates)}")
+
+
+def _listed(names: list[str], shown: int = 10) -> str:
+    """Names as their repr (control characters escaped), the first `shown` of them."""
+    text = ", ".join(map(repr, names[:shown]))
+    return text if len(names) <= shown else f"{text} and {len(names) - shown} more"
 
 
 def csv_error_reason(exc: Exception, block_bytes: int = CSV_BLOCK_BYTES) -> str:
@@ -218,50 +251,79 @@ def csv_error_reason(exc: Exception, block_bytes: int = CSV_BLOCK_BYTES) -> str:
 
 
 def profile_csv(
-    stream: Any,
+    open_stream: Callable[[], ByteStream],
     head: CsvHead,
     pii: Settings | None,
     *,
     block_bytes: int = CSV_BLOCK_BYTES,
     on_batch: Callable[[pa.RecordBatch], None] | None = None,
     typed: Mapping[str, pa.DataType] | None = None,
+    text: bool = False,
 ) -> DatasetProfile:
-    """Read a CSV stream block by block (every column as text) into a profile.
+    """Read the CSV stream `open_stream()` opens block by block into a profile.
 
-    `pii`: the settings of the PII scan of the head's text columns (None: no scan).
+    `pii`: the settings of the PII scan of the head's text columns and its contact-number
+    columns (None: no scan).
     `on_batch` is given every batch once profiled (the fingerprints' reader, which needs the
     batches of its own `block_bytes`: `pipeline.intake.relayed_batches`).
-    `typed`: columns outside the head's text columns to read as numbers or booleans
-    instead (the fingerprints' types: converting them from text costs more than parsing them
-    so); the profile is the same. A value that does not convert raises `RetypeColumns`: the
-    caller reads the file again without `typed`.
+    The head's number and boolean columns are read as float64 and booleans (parsing them so
+    costs less than reading them as text), `typed`'s columns (the fingerprints' types) as
+    `typed` says; the profile is the same. A value that does not convert means a column turns
+    to text below the head: with `on_batch` that raises `RetypeColumns` (the caller reads the
+    file again with `text`), otherwise the file is read again with `text` here.
+    `text`: every column read as text; the columns the head typed otherwise are watched, and
+    those that turn are PII-scanned, their earlier rows from a second `open_stream()`
+    (`pipeline.intake.late_text`).
     """
-    typed = {
-        name: kind
-        for name, kind in (typed or {}).items()
-        if name in head.columns and name not in head.text_columns and _parsed_type(kind)
-    }
-    builder = _ProfileBuilder(head.columns, head.text_columns, pii)
+    builder = _ProfileBuilder(head.columns, head.text_columns, pii, head.other_types)
+    scanned = set(builder.pii.columns if builder.pii is not None else ())
+    parsed: dict[str, pa.DataType] = {}
+    if not text:
+        numbers = {
+            name: pa.float64() if pa.types.is_integer(kind) else kind
+            for name, kind in head.other_types.items()
+        }
+        # Scanned columns stay text: as float64 a long card number would be rounded.
+        parsed = {
+            name: kind
+            for name, kind in {**numbers, **(typed or {})}.items()
+            if name in head.columns
+            and name not in head.text_columns
+            and name not in scanned
+            and _parsed_type(kind)
+        }
     convert = pacsv.ConvertOptions(
-        column_types={name: typed.get(name, pa.string()) for name in head.columns},
+        column_types={name: parsed.get(name, pa.string()) for name in head.columns},
         strings_can_be_null=True,
     )
     options = pacsv.ReadOptions(block_size=block_bytes, use_threads=False)
     try:
-        reader = pacsv.open_csv(
-            stream, read_options=options, parse_options=_CSV_PARSE, convert_options=convert
-        )
-        if reader.schema.names != head.columns:
-            raise InvalidInput("not a valid CSV file: the header could not be read")
-        for batch in reader:
-            builder.add(batch, parsed=typed)
-            if on_batch is not None:
-                on_batch(batch)
+        with closing(open_stream()) as stream:
+            reader = pacsv.open_csv(
+                stream, read_options=options, parse_options=_CSV_PARSE, convert_options=convert
+            )
+            if reader.schema.names != head.columns:
+                raise InvalidInput("not a valid CSV file: the header could not be read")
+            for batch in reader:
+                builder.add(batch, parsed=parsed)
+                if on_batch is not None:
+                    on_batch(batch)
+        if builder.late is not None and builder.pii is not None:
+            scan_before_turns(
+                open_stream,
+                builder.late.turned,
+                builder.pii,
+                parse=_CSV_PARSE,
+                block_bytes=block_bytes,
+            )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        if typed and _CONVERSION_ERROR in str(exc):  # a value that is not a number: as text
+        if not (parsed and _CONVERSION_ERROR in str(exc)):
+            raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
+        if on_batch is not None:
             raise RetypeColumns from None
-        raise InvalidInput(csv_error_reason(exc, block_bytes)) from None
-    return builder.profile(CSV)
+    else:
+        return builder.profile(CSV)
+    return profile_csv(open_stream, head, pii, block_bytes=block_bytes, text=True)
 
 
 def _parsed_type(kind: pa.DataType) -> bool:
@@ -346,5 +408,4 @@ def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:
     if file_format == PARQUET:
         return profile_parquet(path, pii)
     csv_head = read_csv_head(head, at_eof=at_eof)
-    with path.open("rb") as fh:
-        return profile_csv(fh, csv_head, pii)
+    return profile_csv(lambda: path.open("rb"), csv_head, pii)

@@ -345,25 +345,23 @@ class DatasetIntake:
     def _check_csv(self, head: CsvHead) -> None:
         relay = self._relay
         try:
-            with self._growing_reader() as stream:
-                if relay is None:
-                    self._profile = profile_csv(stream, head, self.pii)
-                else:  # one parse: in the fingerprints' blocks and types, handed to them
-                    try:
-                        self._profile = profile_csv(
-                            stream,
-                            head,
-                            self.pii,
-                            block_bytes=dataset_batches.CSV_BLOCK_BYTES,
-                            on_batch=relay.put,
-                            typed=checked_types(relay.types()),
-                        )
-                        relay.finish()
-                    except RetypeColumns:  # the CSV's types change below its first block:
-                        # a text read scans every value, and the job reads the file itself
-                        relay.give_up()
-                        with self._growing_reader() as again:
-                            self._profile = profile_csv(again, head, self.pii)
+            if relay is None:
+                self._profile = profile_csv(self._growing_reader, head, self.pii)
+            else:  # one parse: in the fingerprints' blocks and types, handed to them
+                try:
+                    self._profile = profile_csv(
+                        self._growing_reader,
+                        head,
+                        self.pii,
+                        block_bytes=dataset_batches.CSV_BLOCK_BYTES,
+                        on_batch=relay.put,
+                        typed=checked_types(relay.types()),
+                    )
+                    relay.finish()
+                except RetypeColumns:  # the CSV's types change below its first block:
+                    # a text read scans the columns that turn, and the job reads the file itself
+                    relay.give_up()
+                    self._profile = profile_csv(self._growing_reader, head, self.pii, text=True)
         except _Aborted:
             pass
         except BaseException as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +222,8 @@ class ContributorManifest(BaseModel):
             )
         problems: list[str] = []
         ids = [share.id for share in shares]
-        repeated = sorted({i for i in ids if ids.count(i) > 1}, key=ids.index)
+        seen = Counter(ids)
+        repeated = [i for i in dict.fromkeys(ids) if seen[i] > 1]  # in order of appearance
         problems.extend(f"contributor id '{i}' appears more than once" for i in repeated)
         total = math.fsum(share.weight for share in shares)
         if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
