@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 
 
 def holds_nested_text(kind: pa.DataType) -> bool:
-    """A binary type, or a nested type with a text or binary leaf (not plain text)."""
+    """A binary type, or a nested type with a text or binary leaf (not plain text: that is
+    `is_text_type`)."""
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
     return _is_binary(kind) or (_children(kind) != [] and _has_text(kind))
@@ -33,7 +34,10 @@ def nested_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return leaves[0] if len(leaves) == 1 else pa.concat_arrays(leaves)
 
 
-def _is_string(kind: pa.DataType) -> bool:
+def is_text_type(kind: pa.DataType) -> bool:
+    """Text, or a dictionary of text (Parquet's dictionary-encoded string columns)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
     return bool(
         pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
     )
@@ -71,7 +75,7 @@ def _children(kind: pa.DataType) -> list[pa.DataType]:
 def _has_text(kind: pa.DataType) -> bool:
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    if _is_string(kind) or _is_binary(kind):
+    if is_text_type(kind) or _is_binary(kind):
         return True
     return any(_has_text(child) for child in _children(kind))
 
@@ -83,7 +87,7 @@ def _leaves(array: pa.Array) -> Iterator[pa.Array]:
         kind = array.type
     if not _has_text(kind):
         return
-    if _is_string(kind):
+    if is_text_type(kind):
         yield array.cast(pa.large_string())
     elif _is_binary(kind):
         yield _decoded(array)

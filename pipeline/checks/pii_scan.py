@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checks import pii
-from pipeline.checks.pii_nested import holds_nested_text, nested_text
+from pipeline.checks.pii_nested import holds_nested_text, is_text_type, nested_text
 from pipeline.checks.pii_numbers import holds_contact_numbers, is_number_type, long_numbers
 from pipeline.checks.pii_prefilter import candidates, entities_of, gate_run_values, text_values
 from pipeline.core.config import Settings
@@ -346,15 +346,6 @@ def _fair_quotas(sizes: Sequence[int], budget: int) -> list[int]:
 
 
 # Whole tables and frames.
-
-
-def is_text_type(kind: pa.DataType) -> bool:
-    """Text, or a dictionary of text (Parquet's dictionary-encoded string columns)."""
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    return bool(
-        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
-    )
 
 
 def scanned_type(name: str, kind: pa.DataType) -> bool:

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from pipeline.checks.pii_scan import PiiScanner, is_text_type
+from pipeline.checks.pii_nested import is_text_type
+from pipeline.checks.pii_scan import PiiScanner
 from pipeline.store.dataset_batches import ByteStream
 
 # The CSV reader takes numbers padded with these (`dataset_batches._convert_text` likewise).

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.checks.pii_nested import holds_nested_text
+from pipeline.checks.pii_nested import holds_nested_text, is_text_type
 from pipeline.checks.pii_numbers import holds_contact_numbers
-from pipeline.checks.pii_scan import PiiReport, PiiScanner, is_text_type
+from pipeline.checks.pii_scan import PiiReport, PiiScanner
 from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.text import has_control_characters
