@@ -172,7 +172,7 @@ class RowValidator:
                 found.extend(self._explain(base, index, error))
                 if len(found) >= MAX_ERRORS_PER_ROW:
                     break
-        except Exception:  # noqa: BLE001 - any failure to explain falls back to jsonschema-rs
+        except Exception:  # any failure to explain falls back to jsonschema-rs
             # python-jsonschema cannot follow everything jsonschema-rs can (a `$dynamicRef`
             # into an embedded meta-schema, an ECMA-262 pattern Python's `re` refuses).
             log.debug("python-jsonschema could not explain a row", exc_info=True)

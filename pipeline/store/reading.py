@@ -24,7 +24,8 @@ class UnreadableDataset(ValueError):
     """The file is not valid in the format it claims; the message never quotes its content."""
 
 
-# The frame attribute naming a stored contribution's JSON-text columns (pipeline.store.json_columns).
+# The frame attribute naming a stored contribution's JSON-text columns
+# (pipeline.store.json_columns).
 JSON_COLUMNS_ATTR = "json_columns"
 
 
