@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pandas as pd
 import pyarrow as pa
 from sqlalchemy import update
@@ -42,6 +41,7 @@ from pipeline.core.tables import (
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
 from pipeline.evaluation.jobs import fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
+from pipeline.store.json_columns import decode_json_cell
 from pipeline.store.reading import JSON_COLUMNS_ATTR, UnreadableDataset
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def _json_row(row: dict[Any, Any], encoded: frozenset[str]) -> dict[str, Any]:
         if isinstance(value, float) and math.isnan(value):
             continue
         name = str(key)
-        clean[name] = orjson.loads(value) if name in encoded else json_value(value)
+        clean[name] = decode_json_cell(value) if name in encoded else json_value(value)
     return clean
 
 

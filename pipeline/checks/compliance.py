@@ -20,12 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.models.dataspec import RowValidator
-from pipeline.store.json_columns import json_columns
+from pipeline.store.json_columns import decode_json_cell, json_columns
 
 ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -241,8 +240,8 @@ class _NotJson(ValueError):
 def _decoded_cell(value: Any) -> Any:
     """A cell of a JSON-text column as the value it encodes; _NotJson when it is not JSON."""
     try:
-        return orjson.loads(value)
-    except (orjson.JSONDecodeError, TypeError):
+        return decode_json_cell(value)
+    except (ValueError, TypeError):
         raise _NotJson(value) from None
 
 

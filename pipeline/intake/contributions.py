@@ -113,7 +113,14 @@ def check_rows(
         )
     if manifest_error:
         raise RowValidationFailed("the contributor manifest is invalid", manifest_error)
-    return builder.table()
+    table = builder.table()
+    if not table.num_columns:
+        # No declared property and no member in any row: a file of no columns keeps no rows.
+        raise RowValidationFailed(
+            "the rows hold no values, so there is nothing to store",
+            [{"path": "rows", "message": "every row is an empty object", "rowIndex": -1}],
+        )
+    return table
 
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:

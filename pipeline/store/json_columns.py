@@ -12,6 +12,7 @@ metadata (`JSON_ENCODING`); the pipeline reads such cells back as the values the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,7 +99,12 @@ def _cells(values: Sequence[Any]) -> tuple[pa.Array, bool]:
 
 
 def _text(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits, which orjson does not write
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _as_json(array: pa.Array, is_json: bool) -> pa.Array:
@@ -108,5 +114,13 @@ def _as_json(array: pa.Array, is_json: bool) -> pa.Array:
 
 
 def decode_json_cell(value: Any) -> Any:
-    """A JSON-text cell as the value it encodes (None stays None)."""
-    return None if value is None else orjson.loads(value)
+    """A JSON-text cell as the value it encodes (None stays None); ValueError if it is not JSON."""
+    if value is None:
+        return None
+    # The standard library, not orjson: orjson reads an integer beyond 64 bits as a float,
+    # and the cell holds exactly what was sent. NaN and Infinity are not JSON.
+    return json.loads(value, parse_constant=_not_json)
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
