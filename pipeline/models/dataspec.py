@@ -76,6 +76,9 @@ def check_schema(schema: dict[str, Any]) -> None:
         raise InvalidInput(f"data_spec is not a valid JSON Schema: {exc}") from None
     if schema.get("type") != "object":
         raise InvalidInput('data_spec must describe an object ("type": "object")')
+    if _has_empty_enum(schema):
+        # Valid JSON Schema that admits no value, and the web form's Ajv refuses to compile.
+        raise InvalidInput("data_spec has an empty `enum`: it admits no value")
     try:
         compile_fast(schema)
     except ValueError as exc:
@@ -101,6 +104,19 @@ def foreign_dialect(schema: Any) -> str | None:
                 return declared
             stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
     return None
+
+
+def _has_empty_enum(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("enum") == []:
+                return True
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+    return False
 
 
 def present(row: Any) -> Any:

@@ -73,7 +73,7 @@ def as_data_spec(schema: dict[str, Any]) -> dict[str, Any]:
     text = json.dumps(schema)
     if "$ref" in text or "$dynamicRef" in text:
         # Said at the root, "type": "object" would also bind what refers to the root.
-        spec = {"type": "object", "allOf": [as_property(schema)]}
+        spec: dict[str, Any] = {"type": "object", "allOf": [as_property(schema)]}
     else:
         spec = {**schema, "type": "object"}
     if not spec.get("properties"):
