@@ -181,9 +181,9 @@ def submit_contribution(
             return _same_request(earlier, model.id, row_count)
     manifest_bytes = encode_manifest(request.manifest) if request.manifest is not None else None
     payload = table_to_parquet_bytes(table)
+    columns = table.column_names  # the declared properties, then the undeclared members
     del table  # the Parquet bytes are all that is kept from here on
 
-    columns = list(model.data_spec.get("properties", {}))
     record = VersionRecord(CONTRIBUTION_VERSION, PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:
