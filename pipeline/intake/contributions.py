@@ -91,7 +91,7 @@ def check_rows(
             itertools.islice(
                 (
                     e
-                    for e in validator.iter_errors(chunk.rows, chunk.start)
+                    for e in validator.iter_errors(chunk.rows, chunk.start, nulls=chunk.nulls)
                     if e.rowIndex not in broken
                 ),
                 remaining,

@@ -95,9 +95,10 @@ class RowTableBuilder:
             typed, errors = self._typed_by_column(rows, start)
             if errors:
                 return errors
-        for name in dict.fromkeys(n for row in rows for n in row if n in extra):
-            self._free[name] = FreeColumn(name, self._rows)
-            self._known.add(name)
+        if extra:
+            for name in dict.fromkeys(n for row in rows for n in row if n in extra):
+                self._free[name] = FreeColumn(name, self._rows)
+                self._known.add(name)
         for name, array in typed.items():
             self._typed_parts[name].append(array)
         for name, column in self._free.items():

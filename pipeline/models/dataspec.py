@@ -157,9 +157,9 @@ class RowValidator:
         except ValueError:  # a value with no JSON counterpart (bytes, a lone surrogate)
             return False
 
-    def invalid_indices(self, rows: Sequence[Any]) -> list[int]:
-        """Positions of the rows that fail the data-spec."""
-        rows = list(map(present, rows))
+    def invalid_indices(self, rows: Sequence[Any], *, nulls: bool = True) -> list[int]:
+        """Positions of the rows that fail the data-spec (`nulls=False`: none holds a null)."""
+        rows = list(map(present, rows)) if nulls else list(rows)
         if self._batch is not None:
             # One call for a whole batch of valid rows: the common case, and the cheapest.
             try:
@@ -232,9 +232,11 @@ class RowValidator:
             ] or [RowError(at, error.message, index)]
         return [RowError(at, error.message, index)]
 
-    def iter_errors(self, rows: Sequence[Any], start: int = 0) -> Iterator[RowError]:
+    def iter_errors(
+        self, rows: Sequence[Any], start: int = 0, *, nulls: bool = True
+    ) -> Iterator[RowError]:
         """Every failing row's errors, uncapped across rows; `start` is the first row's index."""
-        for position in self.invalid_indices(rows):
+        for position in self.invalid_indices(rows, nulls=nulls):
             yield from self.row_errors(start + position, rows[position])
 
     def errors_for(self, rows: Sequence[Any], start: int = 0) -> list[RowError]:
