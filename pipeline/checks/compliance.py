@@ -6,8 +6,10 @@ compute checks, column by column, what it can express: types, enum/const, minimu
 and their exclusive forms, minLength/maxLength, required and additionalProperties. What it
 cannot (format, pattern, multipleOf, composition, $ref, nested objects and arrays, columns
 whose Arrow type has no JSON counterpart) goes to the jsonschema-rs row validator: only those
-columns, only rows not already failing, and whole rows only when the data-spec's root has a
-keyword beyond properties/required/additionalProperties.
+columns, only rows not already failing, against the whole data-spec (a `$ref` may point
+anywhere in it), and whole rows only when the data-spec's root has a keyword beyond
+properties/required/additionalProperties. Columns of JSON text (a stored contribution's
+columns not pinned to one type, pipeline.store.json_columns) are read as the values they hold.
 """
 
 from __future__ import annotations
