@@ -57,6 +57,7 @@ TEMPLATE_DIR = WEB_DIR / "templates"
 # Only these files are served; nothing else under api/ is reachable through /static/.
 STATIC_FILES: dict[str, str] = {
     "contribute.js": "text/javascript; charset=utf-8",
+    "rowcheck.js": "text/javascript; charset=utf-8",
     "web.css": "text/css; charset=utf-8",
     "vendor/ajv2020.bundle.js": "text/javascript; charset=utf-8",
     "vendor/papaparse.min.js": "text/javascript; charset=utf-8",

@@ -982,11 +982,10 @@
       return;
     }
     schema = await response.json();
-    const { Ajv2020, addFormats } = window.MarketplaceAjv;
-    const ajv = new Ajv2020({ allErrors: true, strict: false });
-    addFormats(ajv);
+    const { newAjv, compileRowCheck } = window.MarketplaceRowCheck;
+    const ajv = newAjv();
     try {
-      validateRow = ajv.compile(schema);
+      validateRow = compileRowCheck(ajv, schema);
     } catch (exc) {
       status.textContent = `The data-spec could not be compiled: ${exc.message}`;
       return;

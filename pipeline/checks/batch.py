@@ -41,7 +41,8 @@ from pipeline.core.tables import (
 from pipeline.evaluation.batches import Batch, VersionItem, load_frame
 from pipeline.evaluation.jobs import fail_job, job_status, transition
 from pipeline.models.dataspec import RowValidator
-from pipeline.store.reading import UnreadableDataset
+from pipeline.store.json_columns import decode_json_cell
+from pipeline.store.reading import JSON_COLUMNS_ATTR, UnreadableDataset
 
 if TYPE_CHECKING:
     from pipeline.bootstrap import Services
@@ -169,16 +170,22 @@ def count_spec_violations(
 
     Checked with Arrow compute where the data-spec allows it (pipeline/checks/compliance.py); a
     DataFrame is handed to Arrow first, so a NaN there is a missing cell, as pandas means it.
+    The JSON-text columns of a stored contribution (named in the frame's
+    `attrs[JSON_COLUMNS_ATTR]` by read_dataset) are read as the values they encode.
     """
+    encoded: frozenset[str] = frozenset()
     if not isinstance(data, pa.Table):
+        encoded = frozenset(data.attrs.get(JSON_COLUMNS_ATTR, ()))
         try:
             data = pa.Table.from_pandas(data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            return _count_frame_rows(data, data_spec, batch_size)
-    return count_violations(data, data_spec, batch_size)
+            return _count_frame_rows(data, data_spec, batch_size, encoded)
+    return count_violations(data, data_spec, batch_size, encoded)
 
 
-def _count_frame_rows(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: int) -> int:
+def _count_frame_rows(
+    df: pd.DataFrame, data_spec: dict[str, Any], batch_size: int, encoded: frozenset[str]
+) -> int:
     """Row by row, for a frame whose columns mix types Arrow can't hold in one column."""
     validator = RowValidator(data_spec)
     invalid = 0
@@ -186,13 +193,13 @@ def _count_frame_rows(df: pd.DataFrame, data_spec: dict[str, Any], batch_size: i
         chunk = df.iloc[start : start + batch_size]
         for row in chunk.to_dict(orient="records"):
             try:
-                invalid += not validator.is_valid(_json_row(row, json_value))
+                invalid += not validator.is_valid(_json_row(row, encoded))
             except ValueError:  # a cell with no JSON value
                 invalid += 1
     return invalid
 
 
-def _json_row(row: dict[Any, Any], json_value: Any) -> dict[str, Any]:
+def _json_row(row: dict[Any, Any], encoded: frozenset[str]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, value in row.items():
         if hasattr(value, "item") and not isinstance(value, str | bytes):
@@ -201,7 +208,8 @@ def _json_row(row: dict[Any, Any], json_value: Any) -> dict[str, Any]:
             continue
         if isinstance(value, float) and math.isnan(value):
             continue
-        clean[str(key)] = json_value(value)
+        name = str(key)
+        clean[name] = decode_json_cell(value) if name in encoded else json_value(value)
     return clean
 
 

@@ -6,8 +6,10 @@ compute checks, column by column, what it can express: types, enum/const, minimu
 and their exclusive forms, minLength/maxLength, required and additionalProperties. What it
 cannot (format, pattern, multipleOf, composition, $ref, nested objects and arrays, columns
 whose Arrow type has no JSON counterpart) goes to the jsonschema-rs row validator: only those
-columns, only rows not already failing, and whole rows only when the data-spec's root has a
-keyword beyond properties/required/additionalProperties.
+columns, only rows not already failing, against the whole data-spec (a `$ref` may point
+anywhere in it), and whole rows only when the data-spec's root has a keyword beyond
+properties/required/additionalProperties. Columns of JSON text (a stored contribution's
+columns not pinned to one type, pipeline.store.json_columns) are read as the values they hold.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.models.dataspec import RowValidator
+from pipeline.store.json_columns import decode_json_cell, json_columns
 
 ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -50,26 +53,37 @@ _NUMERIC_BOUNDS = {
 
 
 def count_violations(
-    table: pa.Table, data_spec: dict[str, Any], batch_size: int = DEFAULT_BATCH_ROWS
+    table: pa.Table,
+    data_spec: dict[str, Any],
+    batch_size: int = DEFAULT_BATCH_ROWS,
+    encoded: frozenset[str] = frozenset(),
 ) -> int:
     """How many rows of `table` fail the data-spec."""
-    return int(np.count_nonzero(violations(table, data_spec, batch_size)))
+    return int(np.count_nonzero(violations(table, data_spec, batch_size, encoded)))
 
 
 def violations(
-    table: pa.Table, data_spec: dict[str, Any], batch_size: int = DEFAULT_BATCH_ROWS
+    table: pa.Table,
+    data_spec: dict[str, Any],
+    batch_size: int = DEFAULT_BATCH_ROWS,
+    encoded: frozenset[str] = frozenset(),
 ) -> np.ndarray:
-    """One boolean per row: True where the row fails the data-spec."""
+    """One boolean per row: True where the row fails the data-spec.
+
+    `encoded` names columns of JSON text to read as the values they encode, besides those
+    the table's own field metadata marks (pipeline.store.json_columns).
+    """
     bad = np.zeros(table.num_rows, dtype=bool)
     if not table.num_rows:
         return bad
     names = table.column_names
+    encoded = (encoded | json_columns(table.schema)) & set(names)
     for position in range(len(names)):
         if pa.types.is_floating(table.column(position).type):
             bad |= _mask(pc.invert(pc.is_finite(table.column(position))))
     if set(data_spec) - ROOT_KEYWORDS or data_spec.get("type") != "object":
         # patternProperties, allOf, if/then, dependentRequired...: the row validator decides.
-        _validate_rows(table, data_spec, bad, batch_size)
+        _validate_rows(table, data_spec, bad, batch_size, encoded)
         return bad
     properties: dict[str, Any] = data_spec.get("properties") or {}
     additional = data_spec.get("additionalProperties", True)
@@ -81,6 +95,8 @@ def violations(
             return np.zeros(table.num_rows, dtype=bool)
         if spec is False or not isinstance(spec, dict):
             return _mask(pc.is_valid(column))
+        if names[position] in encoded:
+            return None
         return column_violations(column, spec)
 
     # Arrow's kernels let go of the GIL: columns are checked side by side, as pyarrow reads.
@@ -98,17 +114,11 @@ def violations(
             return bad
         bad |= _mask(pc.is_null(table.column(names.index(name))))
     if fallback:
-        residual = {
-            key: value
-            for key, value in data_spec.items()
-            if key not in {"properties", "required", "additionalProperties"}
-        }
-        residual["properties"] = {
-            names[p]: properties[names[p]] for p in fallback if names[p] in properties
-        }
-        if isinstance(additional, dict):
-            residual["additionalProperties"] = additional
-        _validate_rows(table.select(fallback), residual, bad, batch_size)
+        # The whole data-spec but `required` (checked above): a `$ref` may point anywhere in
+        # it, into `properties` too. The rows hold only the fallback columns, so the other
+        # properties do not apply to them.
+        residual = {key: value for key, value in data_spec.items() if key != "required"}
+        _validate_rows(table.select(fallback), residual, bad, batch_size, encoded)
     return bad
 
 
@@ -148,11 +158,12 @@ def column_violations(column: pa.ChunkedArray, spec: dict[str, Any]) -> np.ndarr
             if isinstance(bound, int | float) and not isinstance(bound, bool):
                 bad |= _mask(beyond(*_comparable(column, bound)))
     if kind == "string" and ("minLength" in spec or "maxLength" in spec):
+        # Code points, as JSON Schema counts; 2.0 is an integer in JSON Schema.
         lengths = pc.utf8_length(column)
-        if isinstance(spec.get("minLength"), int):
-            bad |= _mask(pc.less(lengths, spec["minLength"]))
-        if isinstance(spec.get("maxLength"), int):
-            bad |= _mask(pc.greater(lengths, spec["maxLength"]))
+        for keyword, beyond in (("minLength", pc.less), ("maxLength", pc.greater)):
+            limit = spec.get(keyword)
+            if isinstance(limit, int | float) and not isinstance(limit, bool):
+                bad |= _mask(beyond(lengths, pa.scalar(limit, pa.float64())))
     return bad
 
 
@@ -228,6 +239,14 @@ class _NotJson(ValueError):
     """A cell with no JSON value: the row cannot comply."""
 
 
+def _decoded_cell(value: Any) -> Any:
+    """A cell of a JSON-text column as the value it encodes; _NotJson when it is not JSON."""
+    try:
+        return decode_json_cell(value)
+    except (ValueError, TypeError):
+        raise _NotJson(value) from None
+
+
 def json_value(value: Any) -> Any:
     """An Arrow cell (as Python) as the JSON value it stands for; _NotJson when there is none."""
     if isinstance(value, float):
@@ -253,7 +272,11 @@ def json_value(value: Any) -> Any:
 
 
 def _validate_rows(
-    table: pa.Table, schema: dict[str, Any], bad: np.ndarray, batch_size: int
+    table: pa.Table,
+    schema: dict[str, Any],
+    bad: np.ndarray,
+    batch_size: int,
+    encoded: frozenset[str] = frozenset(),
 ) -> None:
     """Mark rows that fail `schema` as read by the row validator, for rows not yet failing."""
     validator = RowValidator(schema)
@@ -268,7 +291,11 @@ def _validate_rows(
             try:
                 for name, values in zip(names, columns, strict=True):
                     if values[offset] is not None:
-                        row[name] = json_value(values[offset])
+                        row[name] = (
+                            _decoded_cell(values[offset])
+                            if name in encoded
+                            else json_value(values[offset])
+                        )
             except _NotJson:
                 bad[position] = True
                 continue

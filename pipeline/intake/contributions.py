@@ -91,7 +91,7 @@ def check_rows(
             itertools.islice(
                 (
                     e
-                    for e in validator.iter_errors(chunk.rows, chunk.start)
+                    for e in validator.iter_errors(chunk.rows, chunk.start, nulls=chunk.nulls)
                     if e.rowIndex not in broken
                 ),
                 remaining,
@@ -113,7 +113,14 @@ def check_rows(
         )
     if manifest_error:
         raise RowValidationFailed("the contributor manifest is invalid", manifest_error)
-    return builder.table()
+    table = builder.table()
+    if not table.num_columns:
+        # No declared property and no member in any row: a file of no columns keeps no rows.
+        raise RowValidationFailed(
+            "the rows hold no values, so there is nothing to store",
+            [{"path": "rows", "message": "every row is an empty object", "rowIndex": -1}],
+        )
+    return table
 
 
 def _manifest_error(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -174,9 +181,9 @@ def submit_contribution(
             return _same_request(earlier, model.id, row_count)
     manifest_bytes = encode_manifest(request.manifest) if request.manifest is not None else None
     payload = table_to_parquet_bytes(table)
+    columns = table.column_names  # the declared properties, then the undeclared members
     del table  # the Parquet bytes are all that is kept from here on
 
-    columns = list(model.data_spec.get("properties", {}))
     record = VersionRecord(CONTRIBUTION_VERSION, PARQUET, row_count, columns, request.manifest)
     try:
         with new_dataset_version(db, store, model.id) as draft:

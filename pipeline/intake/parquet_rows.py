@@ -1,8 +1,7 @@
-"""Dataset files: contribution rows as Parquet, typed from the model's data-spec."""
+"""Dataset files: contribution rows as Parquet, typed from the model's data-spec and the values."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -11,7 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.errors import RowValidationFailed
+from pipeline.core.text import has_control_characters
 from pipeline.models.dataspec import MAX_ERRORS_TOTAL, RowError
+from pipeline.store.json_columns import FreeColumn
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "integer": pa.int64(),
@@ -20,6 +21,8 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
 }
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Each member a data-spec does not declare becomes a stored column: this many at most.
+MAX_UNDECLARED_MEMBERS = 1000
 # Arrow raises these when a Python value does not fit the column's type.
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
@@ -55,24 +58,36 @@ def arrow_schema_for(data_spec: dict[str, Any]) -> pa.Schema:
 class RowTableBuilder:
     """Valid rows to an Arrow table, a batch at a time, column-wise.
 
-    Typed columns are converted by Arrow from the row dicts in one call (no Python loop per
-    cell). Columns whose values the data-spec does not pin to one scalar type hold JSON text
-    (a string stays as it is); only those are converted value by value.
+    Columns the data-spec pins to one scalar type are converted by Arrow from the row dicts
+    in one call (no Python loop per cell). The other properties, and members the data-spec
+    does not declare, are typed by the values sent (pipeline.store.json_columns), so the
+    stored file holds what the supplier sent, with its type; undeclared members come after the
+    declared columns, in the order they first appear.
     """
 
     def __init__(self, data_spec: dict[str, Any]) -> None:
         properties: dict[str, Any] = data_spec.get("properties", {})
-        self.schema = arrow_schema_for(data_spec)
-        self._text = {
-            f.name
-            for f in self.schema
-            if f.type == pa.string() and _kind(_as_dict(properties[f.name])) != "string"
+        self._declared = list(properties)
+        self._known = set(self._declared)
+        pinned = [
+            pa.field(name, _ARROW_TYPES[kind])
+            for name, spec in properties.items()
+            if (kind := str(_kind(_as_dict(spec)))) in _ARROW_TYPES
+        ]
+        self._typed = pa.struct(pinned)
+        self._typed_parts: dict[str, list[pa.Array]] = {f.name: [] for f in pinned}
+        self._free = {
+            name: FreeColumn(name) for name in self._declared if name not in self._typed_parts
         }
-        self._typed = pa.struct([f for f in self.schema if f.name not in self._text])
-        self._batches: list[pa.RecordBatch] = []
+        self._rows = 0
 
     def add(self, rows: Sequence[Any], start: int = 0) -> list[RowError]:
         """Append valid rows (row `start` first); errors for values no column type can hold."""
+        extra = set().union(*map(dict.keys, rows)) - self._known
+        if extra:
+            errors = self._check_undeclared(rows, extra, start)
+            if errors:
+                return errors
         try:
             struct = pa.array(rows, type=self._typed)
             typed = dict(zip(self._typed.names, struct.flatten(), strict=True))
@@ -80,12 +95,40 @@ class RowTableBuilder:
             typed, errors = self._typed_by_column(rows, start)
             if errors:
                 return errors
-        columns = [
-            _text_column(rows, f.name) if f.name in self._text else typed[f.name]
-            for f in self.schema
-        ]
-        self._batches.append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
+        if extra:
+            for name in dict.fromkeys(n for row in rows for n in row if n in extra):
+                self._free[name] = FreeColumn(name, self._rows)
+                self._known.add(name)
+        for name, array in typed.items():
+            self._typed_parts[name].append(array)
+        for name, column in self._free.items():
+            column.add([row.get(name) for row in rows])
+        self._rows += len(rows)
         return []
+
+    def _check_undeclared(self, rows: Sequence[Any], extra: set[str], start: int) -> list[RowError]:
+        """Errors for undeclared member names no stored column may have, or too many of them."""
+        errors = []
+        for offset, row in enumerate(rows):
+            bad = [name for name in row if name in extra and has_control_characters(name)]
+            if bad:
+                index = start + offset
+                message = f"member names must not contain control characters: {bad[0]!r}"
+                errors.append(RowError(f"rows[{index}]", message, index))
+        if errors:
+            return errors[:MAX_ERRORS_TOTAL]
+        undeclared = len(self._known) - len(self._declared) + len(extra)
+        if undeclared <= MAX_UNDECLARED_MEMBERS:
+            return []
+        index = start + len(rows) - 1
+        return [
+            RowError(
+                f"rows[{index}]",
+                f"the rows hold {undeclared} members the data-spec does not declare; each "
+                f"becomes a stored column, and at most {MAX_UNDECLARED_MEMBERS} are taken",
+                index,
+            )
+        ]
 
     def _typed_by_column(
         self, rows: Sequence[Any], start: int
@@ -113,18 +156,23 @@ class RowTableBuilder:
         return arrays, errors
 
     def table(self) -> pa.Table:
-        return pa.Table.from_batches(self._batches, schema=self.schema)
+        fields: list[pa.Field] = []
+        columns: list[pa.ChunkedArray] = []
+        declared = set(self._declared)
+        for name in self._declared + [n for n in self._free if n not in declared]:
+            if name in self._typed_parts:
+                kind = self._typed.field(name).type
+                field = pa.field(name, kind)
+                column = pa.chunked_array(self._typed_parts[name], kind)
+            else:
+                field, column = self._free[name].finish()
+            fields.append(field)
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def _as_dict(spec: Any) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
-
-
-def _text_column(rows: Sequence[Any], name: str) -> pa.Array:
-    values = [row.get(name) for row in rows]
-    return pa.array(
-        [v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string()
-    )
 
 
 def _fit(value: Any, kind: pa.DataType) -> tuple[Any, str | None]:

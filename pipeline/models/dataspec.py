@@ -62,17 +62,69 @@ def _compile_batch(schema: dict[str, Any]) -> Any:
 
 def check_schema(schema: dict[str, Any]) -> None:
     """Reject a data-spec that is not a valid draft 2020-12 object schema."""
+    dialect = foreign_dialect(schema)
+    if dialect is not None:
+        raise InvalidInput(
+            f"data_spec declares the dialect {dialect!r}: only JSON Schema draft 2020-12 "
+            f"({DIALECT!r}) is implemented; drop `$schema` or use that one"
+        )
     try:
-        Draft202012Validator.check_schema(schema)
+        # No format checker: `pattern`s are ECMA-262 regular expressions, which Python's `re`
+        # does not read (`\p{Letter}`, `\cC`); jsonschema-rs compiles them below.
+        Draft202012Validator.check_schema(schema, format_checker=None)
     except Exception as exc:  # jsonschema raises SchemaError with a readable message
         raise InvalidInput(f"data_spec is not a valid JSON Schema: {exc}") from None
     if schema.get("type") != "object":
         raise InvalidInput('data_spec must describe an object ("type": "object")')
+    if _has_empty_enum(schema):
+        # Valid JSON Schema that admits no value, and the web form's Ajv refuses to compile.
+        raise InvalidInput("data_spec has an empty `enum`: it admits no value")
     try:
         compile_fast(schema)
     except ValueError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidInput(f"data_spec cannot be compiled: {first}") from None
+
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# Keywords whose values are data, not schemas: a `$schema` member there names no dialect.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def foreign_dialect(schema: Any) -> str | None:
+    """The first `$schema` in the data-spec (or a resource embedded in it) that is not 2020-12."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            declared = node.get("$schema")
+            if isinstance(declared, str) and declared.rstrip("#") != DIALECT:
+                return declared
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+    return None
+
+
+def _has_empty_enum(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("enum") == []:
+                return True
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+    return False
+
+
+def present(row: Any) -> Any:
+    """A row without its null members: a null cell is an absent member, as the stored table
+    and the pipeline's check read it (a Parquet or CSV cell cannot tell null from absent)."""
+    if isinstance(row, dict) and None in row.values():
+        return {name: value for name, value in row.items() if value is not None}
+    return row
 
 
 def _path(base: str, parts: Iterable[Any]) -> str:
@@ -97,6 +149,7 @@ class RowValidator:
         self._batch = _compile_batch(schema) if self._fast is not None else None
 
     def is_valid(self, row: Any) -> bool:
+        row = present(row)
         if self._fast is None:
             return bool(self._explainer.is_valid(row))
         try:
@@ -104,12 +157,13 @@ class RowValidator:
         except ValueError:  # a value with no JSON counterpart (bytes, a lone surrogate)
             return False
 
-    def invalid_indices(self, rows: Sequence[Any]) -> list[int]:
-        """Positions of the rows that fail the data-spec."""
+    def invalid_indices(self, rows: Sequence[Any], *, nulls: bool = True) -> list[int]:
+        """Positions of the rows that fail the data-spec (`nulls=False`: none holds a null)."""
+        rows = list(map(present, rows)) if nulls else list(rows)
         if self._batch is not None:
             # One call for a whole batch of valid rows: the common case, and the cheapest.
             try:
-                if self._batch.is_valid(rows if isinstance(rows, list) else list(rows)):
+                if self._batch.is_valid(rows):
                     return []
             except ValueError:
                 pass
@@ -127,14 +181,22 @@ class RowValidator:
     def row_errors(self, index: int, row: Any) -> list[RowError]:
         """A failing row's errors (at most MAX_ERRORS_PER_ROW), at `rows[<index>]...` paths."""
         base = f"rows[{index}]"
+        row = present(row)
         found: list[RowError] = []
-        for error in self._explainer.iter_errors(row):
-            found.extend(self._explain(base, index, error))
-            if len(found) >= MAX_ERRORS_PER_ROW:
-                break
+        try:
+            for error in self._explainer.iter_errors(row):
+                found.extend(self._explain(base, index, error))
+                if len(found) >= MAX_ERRORS_PER_ROW:
+                    break
+        except Exception:  # any failure to explain falls back to jsonschema-rs
+            # python-jsonschema cannot follow everything jsonschema-rs can (a `$dynamicRef`
+            # into an embedded meta-schema, an ECMA-262 pattern Python's `re` refuses).
+            log.debug("python-jsonschema could not explain a row", exc_info=True)
+            found = []
         if not found:
             # The two validators disagree only where jsonschema-rs is stricter (formats it
-            # knows and python-jsonschema skips) or the row holds a non-JSON value.
+            # knows and python-jsonschema skips, ECMA-262 patterns), where python-jsonschema
+            # cannot resolve a reference, or where the row holds a non-JSON value.
             found = self._fast_errors(base, index, row)
         return dedupe(found[:MAX_ERRORS_PER_ROW])
 
@@ -170,9 +232,11 @@ class RowValidator:
             ] or [RowError(at, error.message, index)]
         return [RowError(at, error.message, index)]
 
-    def iter_errors(self, rows: Sequence[Any], start: int = 0) -> Iterator[RowError]:
+    def iter_errors(
+        self, rows: Sequence[Any], start: int = 0, *, nulls: bool = True
+    ) -> Iterator[RowError]:
         """Every failing row's errors, uncapped across rows; `start` is the first row's index."""
-        for position in self.invalid_indices(rows):
+        for position in self.invalid_indices(rows, nulls=nulls):
             yield from self.row_errors(start + position, rows[position])
 
     def errors_for(self, rows: Sequence[Any], start: int = 0) -> list[RowError]:

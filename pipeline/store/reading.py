@@ -17,10 +17,16 @@ from pyarrow import json as pa_json
 
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
 from pipeline.store.formats import EXTENSIONS
+from pipeline.store.json_columns import json_columns
 
 
 class UnreadableDataset(ValueError):
     """The file is not valid in the format it claims; the message never quotes its content."""
+
+
+# The frame attribute naming a stored contribution's JSON-text columns
+# (pipeline.store.json_columns).
+JSON_COLUMNS_ATTR = "json_columns"
 
 
 def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
@@ -42,7 +48,9 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
         raise FileNotFoundError(f"no dataset file at {source}")
     try:
         table = _READERS[kind](source)
-        return table.to_pandas()
+        frame = table.to_pandas()
+        frame.attrs[JSON_COLUMNS_ATTR] = sorted(json_columns(table.schema))
+        return frame
     except DatasetBoundsError as exc:
         # Its message names counts and sizes only, so it is kept whole.
         raise UnreadableDataset(f"not a trustworthy {kind.upper()} file: {exc}") from None

@@ -41,6 +41,7 @@ def test_contribution_page_loads_the_csv_parser_from_this_service(client: Any) -
     scripts = re.findall(r'<script src="([^"]+)"', page.text)
     assert scripts == [
         "/static/vendor/ajv2020.bundle.js",
+        "/static/rowcheck.js",
         "/static/vendor/papaparse.min.js",
         "/static/contribute.js",
     ]

@@ -11,15 +11,17 @@ import copy
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from jsonschema import Draft202012Validator
 
 from pipeline.core.errors import InvalidInput, RowValidationFailed
 from pipeline.intake.contributions import ModelSnapshot, check_rows
 from pipeline.intake.jsonrows import ROW_CHUNK, ListRows, RawRows, split_body
-from pipeline.intake.parquet_rows import RowTableBuilder, rows_to_table
+from pipeline.intake.parquet_rows import MAX_UNDECLARED_MEMBERS, RowTableBuilder, rows_to_table
 from pipeline.models.dataspec import RowValidator, check_schema, validator_for
 from pipeline.models.registry import demo_definition
+from pipeline.store.json_columns import json_columns
 
 
 def demo_rows(n: int) -> list[dict[str, Any]]:
@@ -168,21 +170,60 @@ def test_integers_beyond_64_bits_are_refused_at_their_path() -> None:
     assert table.column("x").to_pylist() == [float(2**64), 2.0]
 
 
-def test_values_not_pinned_to_one_type_are_stored_as_json_text() -> None:
+def test_values_not_pinned_to_one_type_keep_their_type() -> None:
+    # Issue 33 case 2: a column the data-spec does not pin is typed by the values sent; only a
+    # column whose values no one Arrow type holds is JSON text, strings included ('"a"' and
+    # '7' stay apart), and marked so the pipeline reads the values back.
     spec = {
         "type": "object",
         "properties": {
             "tag": {"type": ["string", "integer"]},
             "meta": {"type": "object"},
             "flag": {"enum": [True, False]},
+            "count": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "ratio": {"$ref": "#/$defs/n"},
         },
+        "$defs": {"n": {"type": "number"}},
     }
-    rows = [{"tag": "a", "meta": {"k": [1, 2]}, "flag": True}, {"tag": 7, "flag": False}]
+    rows = [
+        {"tag": "a", "meta": {"k": [1, 2]}, "flag": True, "count": 5, "ratio": 1},
+        {"tag": 7, "flag": False, "count": None, "ratio": 0.5},
+    ]
     table = rows_to_table(rows, spec)
     assert table.to_pylist() == [
-        {"tag": "a", "meta": '{"k": [1, 2]}', "flag": True},
-        {"tag": "7", "meta": None, "flag": False},
+        {"tag": '"a"', "meta": '{"k":[1,2]}', "flag": True, "count": 5, "ratio": 1.0},
+        {"tag": "7", "meta": None, "flag": False, "count": None, "ratio": 0.5},
     ]
+    assert table.schema.field("count").type == pa.int64()
+    assert json_columns(table.schema) == {"tag", "meta"}
+
+
+def test_members_the_data_spec_does_not_declare_are_stored() -> None:
+    # Issue 33 case 3: nothing accepted is lost; undeclared members become columns, typed
+    # by their values, after the declared ones in the order they first appear.
+    spec = {"type": "object", "allOf": [{"properties": {"foo": {"type": "string"}}}]}
+    builder = RowTableBuilder(spec)
+    assert builder.add([{"foo": "baz", "bar": 2}], 0) == []
+    assert builder.add([{"foo": "qux", "baz": [1]}, {"bar": 3}], 1) == []
+    table = builder.table()
+    assert table.to_pylist() == [
+        {"foo": "baz", "bar": 2, "baz": None},
+        {"foo": "qux", "bar": None, "baz": "[1]"},
+        {"foo": None, "bar": 3, "baz": None},
+    ]
+    assert table.schema.field("bar").type == pa.int64()
+
+
+def test_undeclared_member_names_a_column_cannot_have_are_refused() -> None:
+    spec = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    with pytest.raises(RowValidationFailed) as caught:
+        rows_to_table([{"a": 1}, {"a": 2, "b\x00": 1}], spec)
+    assert [(e["path"], e["rowIndex"]) for e in caught.value.errors] == [("rows[1]", 1)]
+    assert "control characters" in caught.value.errors[0]["message"]
+    many = [{f"m{i}": i for i in range(MAX_UNDECLARED_MEMBERS + 1)}]
+    with pytest.raises(RowValidationFailed) as caught:
+        rows_to_table(many, spec)
+    assert f"at most {MAX_UNDECLARED_MEMBERS}" in caught.value.errors[0]["message"]
 
 
 def test_batches_are_appended_in_order() -> None:
