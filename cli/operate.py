@@ -344,7 +344,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     env = dagster_environment(settings)
     quiet_dagster_environment(env)
     command = [
-        sys.executable, "-m", "dagster", "dev",
+        # `dagster dev` with its webserver behind cli/webserver_guard.py (cli/dagster_dev.py).
+        sys.executable, "-m", "cli.dagster_dev", "dev",
         "-w", str(REPO_ROOT / "workspace.yaml"),
         "-h", args.host, "-p", str(args.dagster_port),
         # The banner gives the URLs; Dagster's own INFO lines repeat every sensor tick.

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     dagster_pg_url: str | None = None
+    # Host names the Dagster UI of `marketplace dev` answers besides loopback
+    # (cli/webserver_guard.py).
+    dagster_ui_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     shutdown_grace_seconds: int = Field(default=20, ge=1)
     # Allocators of an API process (pipeline/core/process_memory.py); 0: glibc's default.
     malloc_arena_max: int = Field(default=2, ge=0, le=1024)
@@ -143,7 +146,7 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "dagster_ui_allowed_hosts", mode="before")
     @classmethod
     def _split_proxies(cls, value: object) -> object:
         # Operators write "10.0.0.1,10.0.0.2" in env files rather than JSON lists.
