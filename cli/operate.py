@@ -326,6 +326,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
     # Before the settings are first read: the API and the Dagster processes share them.
     os.environ.update(dev_settings_environment(os.environ, args.debounce_seconds))
+    # A plain tcp:// dask scheduler off this host is refused in production only.
+    os.environ.setdefault("MARKETPLACE_MODE", "development")
     settings = _settings()
     from pipeline.core.secret_strength import weak_secrets
 
