@@ -105,6 +105,7 @@ async def _refuse(scope: Scope, send: Send, reason: str) -> None:
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),
     ]
     await send({"type": "http.response.start", "status": 403, "headers": headers})
     await send({"type": "http.response.body", "body": body})

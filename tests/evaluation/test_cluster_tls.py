@@ -81,7 +81,7 @@ def _without_certificate(address: str, ca_file: Path) -> None:
     context.check_hostname = False
     with (
         socket.create_connection((host, int(port)), timeout=5) as raw,
-        pytest.raises(ssl.SSLError, match="(?i)certificate.required"),
+        pytest.raises(ssl.SSLError, match=r"(?i)certificate.required"),
         context.wrap_socket(raw) as tls,
     ):
         # TLS 1.3 finishes the client's side of the handshake; the scheduler's refusal (the
