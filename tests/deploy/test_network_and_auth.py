@@ -1,16 +1,27 @@
 """The production topology authenticates the Dagster UI and restricts traffic between pods.
 
-Issue 34, case 2 and 9: Dagster's webserver has no authentication, so in deploy/ nothing may
+Issue 34, cases 2, 3 and 9: Dagster's webserver has no authentication, so in deploy/ nothing may
 reach it but a login proxy (oauth2-proxy, deploy/k8s/dagster-auth.yaml), itself reached through
 the ingress only; every pod of namespace marketplace is behind a NetworkPolicy that admits only
-what it serves. Read from the manifests and the Helm values as Kubernetes would match them.
+what it serves; the dask cluster the ConfigMap offers speaks mutual TLS. Read from the
+manifests and the Helm values as Kubernetes would match them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from tests.deploy.support import all_documents, containers, helm_values, of_kind, pod_spec
+from pipeline.core.config import Settings
+from tests.deploy.support import (
+    DEPLOY,
+    all_documents,
+    config_data,
+    containers,
+    helm_values,
+    of_kind,
+    pod_spec,
+)
 
 NAMESPACE = "marketplace"
 RELEASE = "dagster"  # `helm upgrade --install dagster …` (docs/operations.md)
@@ -151,3 +162,13 @@ def test_the_ui_s_only_way_in_is_the_login_proxy() -> None:
     services = {s["metadata"]["name"]: s for s in of_kind("Service")}
     assert selects({"matchLabels": services["dagster-webserver-auth"]["spec"]["selector"]},
                    pod_labels("dagster-webserver-auth"))  # fmt: skip
+
+
+def test_the_dask_cluster_the_config_offers_is_authenticated() -> None:
+    text = (DEPLOY / "k8s" / "config.yaml").read_text()
+    offered = dict(re.findall(r'^\s*#\s*(VALUATION_CLUSTER_[A-Z_]+):\s*"([^"]*)"', text, re.M))
+    assert offered["VALUATION_CLUSTER_ADDRESS"].startswith("tls://")
+    values = {name.lower(): value for name, value in {**config_data(), **offered}.items()}
+    settings = Settings.model_validate(values)  # a plain tcp:// scheduler would be refused
+    assert settings.marketplace_mode == "production"
+    assert settings.valuation_cluster_tls_cert_file is not None
