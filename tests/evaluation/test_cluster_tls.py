@@ -137,6 +137,12 @@ def test_a_plain_scheduler_off_this_host_is_refused_in_production() -> None:
         load_settings(valuation_cluster_address="dask-scheduler:8786")  # tcp by default
     with pytest.raises(ConfigError, match="VALUATION_CLUSTER_TLS_CA_FILE"):
         load_settings(valuation_cluster_address="tls://dask-scheduler:8786")
+    with pytest.raises(ConfigError, match="is not tls://"):
+        load_settings(
+            valuation_cluster_address="tcp://127.0.0.1:8786",
+            valuation_cluster_tls_ca_file="/run/secrets/dask/ca.crt",
+            valuation_cluster_tls_cert_file="/run/secrets/dask/client.crt",
+        )
     # On this host, or for `marketplace dev`, a plain scheduler is allowed.
     assert load_settings(valuation_cluster_address="tcp://127.0.0.1:8786")
     development = load_settings(
