@@ -1,80 +1,75 @@
-"""The base of the Dagster resources: the settings object from the environment, with pins.
+"""The base of the Dagster resources: the deployment's settings, which a run cannot change.
 
-Every field left unset comes from the environment, so production `Definitions` use the resources
-with no arguments; tests pin a store with `from_settings(settings, **extra)`.
+A resource's config fields are what a run's config may set, and a run's config is whatever the
+caller of Dagster's GraphQL sends (the Launchpad, a script, a web page that reached the
+webserver). So the settings are not config fields: they come from the environment of the
+process (production `Definitions` use the resources with no arguments) or, in tests and
+benchmarks, from a `Settings` object pinned in code with `from_settings(settings, **extra)`.
 
-The pinnable fields are derived from `Settings` itself: every setting except the secrets, as an
-optional field of the config type Dagster can hold (paths and choices as strings). A new
-setting is pinnable with no change here; its value is checked where the settings are built
-(`load_settings`), which names the variable when it is bad.
+Run config may set only `RUN_CONFIGURABLE`: settings that change what a run logs, never what it
+pays, where it stores, how it isolates owner code or which credentials it uses. Any other
+setting in a run's config is refused when the run is launched (Dagster's config check:
+`Received unexpected config entry "reward_max_tokens_per_contribution"`), before a step runs.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import NoneType, UnionType
-from typing import TYPE_CHECKING, Any, Literal, Self, Union, get_args, get_origin
+import enum
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import dagster as dg
-from pydantic import SecretStr, create_model
-from pydantic.fields import FieldInfo
+from pydantic import create_model
 
 from pipeline.core.config import Settings, load_settings
 
-# What Dagster's config system holds as is; Settings types outside it are mapped or refused.
-CONFIG_SCALARS = (bool, int, float, str)
+
+class LogLevel(enum.Enum):
+    """PIPELINE_LOG_LEVEL's values, as a choice Dagster checks when a run is launched."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
 
 
-def _config_type(name: str, field: FieldInfo) -> Any:
-    """The Dagster config type of a setting, or None for a setting that must not be pinned."""
-    annotation = field.annotation
-    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
-    if SecretStr in (annotation, *members):
-        # Resource config is shown in the Dagster UI; secrets come from the environment only.
-        return None
-    inner = next((m for m in members if m is not NoneType), annotation)
-    if inner is Path or get_origin(inner) is Literal:
-        return str
-    if inner in CONFIG_SCALARS or (get_origin(inner) is list and get_args(inner) == (str,)):
-        return inner
-    raise TypeError(f"setting {name} has type {annotation!r}: map it to a Dagster config type")
-
-
-def _pinnable_fields() -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for name, field in Settings.model_fields.items():
-        config_type = _config_type(name, field)
-        if config_type is not None:
-            fields[name] = (config_type | None, None)
-    return fields
-
-
-PIN_FIELDS = _pinnable_fields()
-# Settings a deployment (or a test) may pin on a resource instead of the environment.
-PINNABLE = tuple(PIN_FIELDS)
+# The settings a run's config may set (the Launchpad's `resources: marketplace: config:`).
+RUN_CONFIGURABLE: dict[str, Any] = {"pipeline_log_level": (LogLevel | None, None)}
 
 
 class _SettingsResourceBase(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Settings overrides (unset: from the environment, spec §8 defaults)."""
+    """The deployment's settings (the environment, or pinned in code); see the module docstring."""
+
+    # Set on the subclass `from_settings` makes; None: the environment of this process.
+    pinned_settings: ClassVar[Settings | None] = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **extra: Any) -> Self:
-        values: dict[str, Any] = {}
-        for name in PINNABLE:
-            value = getattr(settings, name)
-            values[name] = str(value) if isinstance(value, Path) else value
-        values["database_url"] = settings.resolved_database_url
-        values.update(extra)
-        return cls(**values)
+        """This resource on `settings` (with `extra` settings over them), fixed in code.
+
+        The pins live on a subclass, not in config fields, so no run config can reach them;
+        Dagster rebuilds a resource from its class, so every copy of it keeps them.
+        """
+        own = {name: value for name, value in extra.items() if name in cls.model_fields}
+        changed = {name: value for name, value in extra.items() if name not in own}
+        if changed:
+            settings = load_settings(**{**dict(settings), **changed})
+        pinned: type[Self] = type(cls.__name__, (cls,), {"__module__": cls.__module__})
+        pinned.pinned_settings = settings
+        return pinned(**own)
 
     def settings(self) -> Settings:
-        """The settings of this resource: the environment, then the pinned fields over it."""
-        pinned = {name: getattr(self, name) for name in PINNABLE}
-        return load_settings(**{k: v for k, v in pinned.items() if v is not None})
+        """The deployment's settings with what the run's config may set over them."""
+        from_run = {name: getattr(self, name) for name in RUN_CONFIGURABLE}
+        from_run = {name: value.value for name, value in from_run.items() if value is not None}
+        base = type(self).pinned_settings
+        if base is None:
+            return load_settings(**from_run)
+        return load_settings(**{**dict(base), **from_run}) if from_run else base
 
 
 if TYPE_CHECKING:
-    # The checker sees the methods; the pinned fields are read by name (PINNABLE).
+    # The checker sees the methods; the run-configurable fields are read by name.
     SettingsResource = _SettingsResourceBase
 else:
     SettingsResource = create_model(
@@ -82,5 +77,5 @@ else:
         __base__=_SettingsResourceBase,
         __module__=__name__,
         __doc__=_SettingsResourceBase.__doc__,
-        **PIN_FIELDS,
+        **RUN_CONFIGURABLE,
     )

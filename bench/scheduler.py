@@ -37,6 +37,7 @@ from sqlalchemy import create_engine, delete, event, insert, text, update
 from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.pool import NullPool
 
+from pipeline.core.config import load_settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import upgrade
 from pipeline.core.tables import DatasetVersion, EvaluationSchedule, Model
@@ -197,7 +198,9 @@ def scenario(
         tag = f"{label}-{uuid.uuid4().hex[:6]}"
         try:
             due_ids = populate(db, total, due, tag)
-            store = SensorStore(database_url=db_url, enable_evaluation_scheduler=True)
+            store = SensorStore.from_settings(
+                load_settings(database_url=db_url, enable_evaluation_scheduler=True)
+            )
             sensor = make_schedule_sensor(minimum_interval_seconds=60, clock=lambda: NOW)
             ticks, domain, fetched, server, requests = [], [], [], [], 0
             with dg.DagsterInstance.ephemeral() as instance:

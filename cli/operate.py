@@ -326,6 +326,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
     # Before the settings are first read: the API and the Dagster processes share them.
     os.environ.update(dev_settings_environment(os.environ, args.debounce_seconds))
+    # A plain tcp:// dask scheduler off this host is refused in production only.
+    os.environ.setdefault("MARKETPLACE_MODE", "development")
     settings = _settings()
     from pipeline.core.secret_strength import weak_secrets
 
@@ -344,7 +346,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     env = dagster_environment(settings)
     quiet_dagster_environment(env)
     command = [
-        sys.executable, "-m", "dagster", "dev",
+        # `dagster dev` with its webserver behind cli/webserver_guard.py (cli/dagster_dev.py).
+        sys.executable, "-m", "cli.dagster_dev", "dev",
         "-w", str(REPO_ROOT / "workspace.yaml"),
         "-h", args.host, "-p", str(args.dagster_port),
         # The banner gives the URLs; Dagster's own INFO lines repeat every sensor tick.

@@ -7,6 +7,7 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -58,8 +59,12 @@ class Settings(BaseSettings):
     # coalition while their training rows add up to at most this; beyond, the surrogate game.
     valuation_coalition_row_budget: int = Field(default=200_000, ge=0)
     valuation_surrogate_max_base_rows: int = Field(default=20_000, ge=100)
-    # A dask.distributed scheduler (tcp://host:8786) the fits run on; unset: this process.
+    # A dask.distributed scheduler the fits run on; unset: this process. In production a
+    # scheduler off this host must be tls:// with the client certificate below (mutual TLS).
     valuation_cluster_address: str | None = None
+    valuation_cluster_tls_ca_file: Path | None = None
+    valuation_cluster_tls_cert_file: Path | None = None
+    valuation_cluster_tls_key_file: Path | None = None
     reward_max_tokens_per_contribution: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     reward_max_tokens_per_model_per_day: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
     # Each supplier's budget of false payouts over its tries on a model (pipeline.rewards.budget).
@@ -93,7 +98,9 @@ class Settings(BaseSettings):
     trainer_k8s_volume_claim: str | None = None
     trainer_k8s_volume_mount: Path = Path("/var/lib/marketplace/trainer-runs")
 
-    # Service wiring.
+    # Service wiring. development: what only `marketplace dev` may do (a plain tcp:// dask
+    # scheduler off this host); `marketplace dev` sets it.
+    marketplace_mode: Literal["production", "development"] = "production"
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")
     admin_token: SecretStr | None = None
@@ -106,6 +113,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     dagster_pg_url: str | None = None
+    # Host names the Dagster UI of `marketplace dev` answers besides loopback
+    # (cli/webserver_guard.py).
+    dagster_ui_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     shutdown_grace_seconds: int = Field(default=20, ge=1)
     # Allocators of an API process (pipeline/core/process_memory.py); 0: glibc's default.
     malloc_arena_max: int = Field(default=2, ge=0, le=1024)
@@ -138,12 +148,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"TRAINER_PIPES_CLIENT=k8s needs {' and '.join(missing)}")
         return self
 
+    @model_validator(mode="after")
+    def _cluster_security(self) -> Settings:
+        problem = cluster_address_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
     @field_validator("pipeline_log_level", mode="before")
     @classmethod
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "dagster_ui_allowed_hosts", mode="before")
     @classmethod
     def _split_proxies(cls, value: object) -> object:
         # Operators write "10.0.0.1,10.0.0.2" in env files rather than JSON lists.
@@ -185,6 +202,41 @@ class Settings(BaseSettings):
         return _kept_jwt_key(self.data_dir / "jwt_secret")
 
 
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def cluster_address_problem(settings: Settings) -> str | None:
+    """Why VALUATION_CLUSTER_ADDRESS and its TLS files cannot be used, or None.
+
+    A dask scheduler runs whatever its clients send, on itself and its workers, and hands out
+    the data other clients scattered: off this host, only clients holding a certificate of the
+    cluster's CA may reach it (tls://, mutual TLS), unless MARKETPLACE_MODE=development.
+    """
+    address = settings.valuation_cluster_address
+    files = (settings.valuation_cluster_tls_ca_file, settings.valuation_cluster_tls_cert_file)
+    if not address:
+        return None
+    scheme, _, rest = address.rpartition("://")
+    host = urlsplit(f"//{rest}").hostname or ""
+    if scheme == "tls":
+        if not all(files):
+            return (
+                "VALUATION_CLUSTER_ADDRESS tls:// needs VALUATION_CLUSTER_TLS_CA_FILE and "
+                "VALUATION_CLUSTER_TLS_CERT_FILE (the client certificate)"
+            )
+        return None
+    if any(files):
+        return (
+            f"VALUATION_CLUSTER_TLS_* are set but VALUATION_CLUSTER_ADDRESS {address} is not tls://"
+        )
+    if host not in LOOPBACK and settings.marketplace_mode == "production":
+        return (
+            f"VALUATION_CLUSTER_ADDRESS {address} is a scheduler off this host without "
+            "authentication: use tls:// with VALUATION_CLUSTER_TLS_* (docs/operations.md)"
+        )
+    return None
+
+
 @lru_cache(maxsize=8)
 def _kept_jwt_key(path: Path) -> str:
     """The generated signing secret, read once per process (the session cookie's check runs on
@@ -206,7 +258,9 @@ def load_settings(**overrides: object) -> Settings:
         problems = []
         for err in exc.errors():
             name = ".".join(str(part) for part in err["loc"]).upper()
-            problems.append(f"{name}: {err['msg']}")
+            # A check of several settings (a model validator) names them in its message.
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{name}: {message}" if name else message)
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None

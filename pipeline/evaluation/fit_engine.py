@@ -6,10 +6,12 @@ a small batch) are independent. They are handed to joblib, whose backend is eith
 - embedded (default, `VALUATION_CLUSTER_ADDRESS` unset): `PARALLEL_WORKERS` threads of this
   process; scikit-learn's fitting code releases the GIL for most of its work, and nothing is
   copied; or
-- a dask.distributed scheduler (`VALUATION_CLUSTER_ADDRESS=tcp://scheduler:8786`): joblib's
+- a dask.distributed scheduler (`VALUATION_CLUSTER_ADDRESS=tls://scheduler:8786`): joblib's
   `dask` backend submits each fit to the cluster's workers, which a deployment runs on other
   machines (docs/operations.md). joblib scatters the large arguments (the training frame, the
-  scorer with its benchmark) to the workers once per call.
+  scorer with its benchmark) to the workers once per call. With `VALUATION_CLUSTER_TLS_*` the
+  client connects by mutual TLS (dask's `Security`, encryption required): the scheduler accepts
+  only clients with a certificate of the cluster's CA, and this client only that scheduler.
 
 Each fit runs on one native thread (BLAS, OpenMP: `pipeline.models.estimators.THREADS`), so a
 fit's time does not depend on how many other fits or processes share the cores.
@@ -40,15 +42,37 @@ CONNECT_TIMEOUT = "10s"
 
 
 @dataclass(frozen=True)
+class ClusterTls:
+    """The PEM files of mutual TLS with the cluster: its CA, this client's cert (and key)."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClusterTls | None:
+        ca, cert = settings.valuation_cluster_tls_ca_file, settings.valuation_cluster_tls_cert_file
+        if ca is None or cert is None:
+            return None
+        key = settings.valuation_cluster_tls_key_file
+        return cls(str(ca), str(cert), str(key) if key is not None else None)
+
+
+@dataclass(frozen=True)
 class FitEngine:
     """Threads of this process (`address` None) or the dask cluster at `address`."""
 
     workers: int = 1
     address: str | None = None
+    tls: ClusterTls | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FitEngine:
-        return cls(settings.parallel_workers, settings.valuation_cluster_address or None)
+        return cls(
+            settings.parallel_workers,
+            settings.valuation_cluster_address or None,
+            ClusterTls.from_settings(settings),
+        )
 
     @property
     def name(self) -> str:
@@ -67,7 +91,7 @@ class FitEngine:
         from joblib import Parallel, delayed, parallel_config
 
         calls = [delayed(_predict)(scorer, frame) for frame in frames]
-        with parallel_config(backend="dask", client=_client(self.address)):
+        with parallel_config(backend="dask", client=_client(self.address, self.tls)):
             return list(Parallel(n_jobs=-1)(calls))
 
     def _local(self, scorer: BenchmarkScorer, frames: Sequence[pd.DataFrame]) -> list[Predictions]:
@@ -130,21 +154,33 @@ def _controller() -> Any:
 _native_threads = _NativeThreads()
 
 
-_addresses: set[str] = set()
+_connected: set[tuple[str, ClusterTls | None]] = set()
 
 
 @lru_cache(maxsize=4)
-def _client(address: str) -> Any:
+def _client(address: str, tls: ClusterTls | None = None) -> Any:
     """One client per scheduler address and process (connecting costs a round trip)."""
     from distributed import Client
 
-    _addresses.add(address)
-    return Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
+    security: Any = None
+    if tls is not None:
+        from distributed.security import Security
+
+        security = Security(  # type: ignore[no-untyped-call]
+            require_encryption=True,
+            tls_ca_file=tls.ca_file,
+            tls_client_cert=tls.cert_file,
+            tls_client_key=tls.key_file,
+        )
+    _connected.add((address, tls))
+    return Client(  # type: ignore[no-untyped-call]
+        address, security=security, set_as_default=False, timeout=CONNECT_TIMEOUT
+    )
 
 
 def close_clients() -> None:
     """Close this process's cluster clients (a later fit connects again)."""
-    for address in list(_addresses):
-        _client(address).close()
-    _addresses.clear()
+    for address, tls in list(_connected):
+        _client(address, tls).close()
+    _connected.clear()
     _client.cache_clear()

@@ -55,6 +55,9 @@ def test_dev_serves_api_and_dagster_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert models.json()[0]["name"] == "customer-churn"  # seeded on a fresh store
         ui = wait_for(f"http://127.0.0.1:{dagster_port}/server_info", proc, 90)
         assert ui.status_code == 200
+        # Its webserver is behind the guard (cli/webserver_guard.py): a foreign Host is refused.
+        foreign = httpx.get(ui.url, headers={"Host": "attacker.example"}, timeout=5)
+        assert foreign.status_code == 403, foreign.text
         assert (tmp_path / "data" / "dagster" / "dagster.yaml").is_file()
     finally:
         proc.send_signal(signal.SIGINT)

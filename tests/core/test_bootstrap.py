@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -97,11 +96,9 @@ def test_a_pinned_data_dir_reaches_the_api_the_assets_and_the_sensors(
     prepare_store(settings)
 
     app = create_app(settings)
-    # The pinnable fields are built at runtime from Settings (assets/settings_resource.py), so
-    # the checker does not see them as keywords (nor their types: hence Any).
-    pin: dict[str, Any] = {"marketplace_data_dir": str(pinned)}
-    resource = MarketplaceResource(**pin)
-    sensor_store = SensorStore(**pin)
+    # Settings are pinned in code, never as resource config (assets/settings_resource.py).
+    resource = MarketplaceResource.from_settings(settings)
+    sensor_store = SensorStore.from_settings(settings)
     definition = demo_definition().model_copy(update={"name": "pinned-model"})
     try:
         # An object written by the API is read by the assets and by a sensor tick ...

@@ -47,7 +47,11 @@ def _scorer() -> BenchmarkScorer:
 
 def test_the_engine_address_is_a_setting() -> None:
     engine = FitEngine.from_settings(
-        load_settings(valuation_cluster_address="tcp://10.0.0.5:8786", parallel_workers=3)
+        load_settings(
+            valuation_cluster_address="tcp://10.0.0.5:8786",
+            parallel_workers=3,
+            marketplace_mode="development",  # a plain scheduler off this host: not production
+        )
     )
     assert engine == FitEngine(3, "tcp://10.0.0.5:8786")
     assert FitEngine.from_settings(load_settings(parallel_workers=3)) == FitEngine(3, None)
