@@ -8,9 +8,9 @@ subprocess elsewhere).
 
 When the code fails (`TrainerFailed`), it is never the contribution's fault: the batch's
 contributions are given back (`pipeline.evaluation.leases.give_back`: `queued`, or `failed`
-once given back twice) with a fixed reason, nothing is paid, and the owner's view of the failure (reason and the
-last lines of stderr) is kept on the model (`record_trainer_failure`) for `marketplace models
-list` and shown in Dagster.
+once given back twice) with a fixed reason, nothing is paid, and the owner's view of the
+failure (reason and the last lines of stderr) is kept on the model (`record_trainer_failure`)
+for `marketplace models list` and shown in Dagster.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # All a contributor is told of a failure of the model's training code: a fixed text. Whatever
 # the trainer chose (its exception's class name and message, its stderr, which limit it hit,
 # what its predictions looked like) could carry a message or rows of data to the contributor.
