@@ -83,13 +83,9 @@ def _paid(db: Database) -> int:
 
 
 def _accepted(db: Database) -> int:
+    query = select(func.count()).select_from(Contribution).where(accepted_contribution())
     with db.session() as session:
-        return int(
-            session.scalar(
-                select(func.count()).select_from(Contribution).where(accepted_contribution())
-            )
-            or 0  # fmt: skip
-        )
+        return int(session.scalar(query) or 0)
 
 
 @pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
