@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from cli.main import main
 from pipeline.bootstrap import Services
-from pipeline.core.config import Settings
+from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
 from pipeline.core.errors import NotFound
 from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, Contribution, RewardEntry
@@ -139,7 +140,11 @@ def test_a_watermark_colluding_trainer_s_payout_is_held_then_released(
 
 
 def test_a_check_that_cannot_measure_holds_and_the_operator_rejects(
-    svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+    svc: Services,
+    db: Database,
+    store: LocalObjectStore,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     def cannot_measure(*args: Any) -> ReferenceCheck:
         valuation = args[-1]
@@ -156,7 +161,19 @@ def test_a_check_that_cannot_measure_holds_and_the_operator_rejects(
     assert "could not measure it: ValueError" in row.payout_hold
     assert _paid(db) == 0 and _accepted(db) == 0
     [waiting] = holds.held_valuations(db)
-    assert holds.reject(db, waiting.valuation_id) == [job_id]
+    # The operator's commands.
+    monkeypatch.setenv("DATABASE_URL", svc.settings.resolved_database_url)
+    monkeypatch.setenv("MARKETPLACE_DATA_DIR", str(svc.settings.data_dir))
+    get_settings.cache_clear()
+    try:
+        assert main(["payouts", "held"]) == 0
+        assert main(["payouts", "reject", waiting.valuation_id]) == 0
+        assert main(["payouts", "release", waiting.valuation_id]) == 1  # nothing held now
+    finally:
+        get_settings.cache_clear()
+    listed, rejected = capsys.readouterr().out.splitlines()[-2:]
+    assert listed.startswith(f"valuation {waiting.valuation_id}\tmodel 1\t1 contribution(s)")
+    assert rejected == f"rejected 1 contribution(s): {job_id}"
     row = job(db, job_id)
     assert row.status == REJECTED and "rejected by the operator" in (row.reason or "")
     assert _paid(db) == 0 and _accepted(db) == 0 and holds.held_valuations(db) == []
