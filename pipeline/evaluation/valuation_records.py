@@ -62,8 +62,8 @@ def record_valuation(
             detail = _valuation_detail(valuation, evaluation, player)
             hold = _write_verdict(session, key, valuation, detail, decision, check)
             outcome = _valued_outcome(evaluation, item, valuation, key, decision)
-            if hold is not None:
-                outcome = dataclasses.replace(outcome, detail=hold, payout_hold=hold)
+            if hold is not None and check is not None:
+                outcome = dataclasses.replace(outcome, detail=held_reason(check), payout_hold=hold)
             outcomes[item.version] = outcome
         gate.record(session, valuation_id)
     return outcomes
@@ -139,7 +139,7 @@ def _write_verdict(
     check: ReferenceCheck | None,
 ) -> str | None:
     """Move the job to its verdict; raises LeftEvaluating when it is no longer `evaluating`.
-    The held reason of an accepted job whose payout `check` holds, else None."""
+    For an accepted job whose payout `check` holds, the hold (the check's figures), else None."""
     job = session.get(Contribution, key, with_for_update=True)
     if job is None or job.status != EVALUATING:
         # Shares only add up to the pool as a whole: nothing of the batch is written.
@@ -157,7 +157,7 @@ def _write_verdict(
         return None
     job.reason = held_reason(check)
     job.payout_hold = check.describe()
-    return job.reason
+    return job.payout_hold
 
 
 def _valued_outcome(

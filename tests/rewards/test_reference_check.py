@@ -8,13 +8,16 @@ payout is held for the operator, not paid; the operator then releases or rejects
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
+from assets.evaluation import evaluation_metadata, evaluation_status
 from cli.main import main
 from pipeline.bootstrap import Services
 from pipeline.core.config import Settings, get_settings
@@ -24,9 +27,11 @@ from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, Contribution, R
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation import batch_valuation
 from pipeline.evaluation.jobs import accepted_contribution
+from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards import holds
 from pipeline.rewards.payouts import pay_batch
-from pipeline.rewards.reference_check import ReferenceCheck
+from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
+from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 from pipeline.sandbox.runs import bwrap_path
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
@@ -123,6 +128,8 @@ def test_a_watermark_colluding_trainer_s_payout_is_held_then_released(
     # Dagster's evaluation table shows it held; a later payer does not pay it either.
     [outcome] = [o for o in result.evaluations if o.payout_hold]
     assert outcome.detail == held.reason
+    assert evaluation_status(outcome) == "held"
+    assert evaluation_metadata(outcome)["payout_hold"] == held.payout_hold
     assert pay_batch(svc, model_id, result.evaluations) == []
     # Held rows are not accepted training data until the operator decides.
     assert _accepted(db) == 0
@@ -177,3 +184,31 @@ def test_a_check_that_cannot_measure_holds_and_the_operator_rejects(
     row = job(db, job_id)
     assert row.status == REJECTED and "rejected by the operator" in (row.reason or "")
     assert _paid(db) == 0 and _accepted(db) == 0 and holds.held_valuations(db) == []
+
+
+def test_the_pool_check_bounds_what_the_owner_s_code_may_claim() -> None:
+    """Pure rule: the owner's pool against the reference's, on the same rows."""
+    bench, base = pd.DataFrame(churn_rows(400, seed=1)), pd.DataFrame(churn_rows(300, seed=2))
+    scorer = BenchmarkScorer(
+        bench,
+        task_type="classification",
+        estimator="logistic_regression",
+        target_column="churned",
+        metric_name="accuracy",
+    )
+    players = [Player("a", pd.DataFrame(churn_rows(300, seed=3)))]
+    settings = ValuationSettings(resamples=50)
+    honest = value_batch(scorer, base, players, higher_is_better=True, settings=settings)
+
+    same = check_valuation(scorer, base, players, honest, settings=settings)
+    # The same estimator as the reference: the same pool, no split for a batch of one.
+    assert same.reference_pool_pct == pytest.approx(honest.pool_pct)
+    assert same.split_distance is None and not same.holds
+    # Held beyond max(5 points, |reference pool|) from the reference, not within it.
+    bound = max(5.0, abs(honest.pool_pct))
+    inflated = dataclasses.replace(honest, pool_pct=honest.pool_pct + bound + 0.5)
+    claimed = check_valuation(scorer, base, players, inflated, settings=settings)
+    assert claimed.pool_disagrees and claimed.holds
+    assert f"pool {inflated.pool_pct:+.2f} % by the model's training code" in claimed.describe()
+    within = dataclasses.replace(honest, pool_pct=honest.pool_pct + bound - 0.5)
+    assert not check_valuation(scorer, base, players, within, settings=settings).holds
