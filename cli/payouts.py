@@ -36,6 +36,8 @@ def cmd_release(args: argparse.Namespace) -> int:
         paid = release(services, args.valuation_id)
     for outcome in paid:
         print(f"{outcome.version}\t{outcome.tokens:g} tokens\t{outcome.detail}")
+    if not paid:
+        print(f"released valuation {args.valuation_id}: the model's running evaluation pays it")
     return 0
 
 

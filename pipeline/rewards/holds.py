@@ -92,7 +92,10 @@ def _held(db: Database, valuation_id: str) -> HeldValuation:
 
 
 def release(svc: Services, valuation_id: str) -> list[RewardOutcome]:
-    """Pay a held valuation as it was valued (the operator's decision)."""
+    """Pay a held valuation as it was valued (the operator's decision). While a run holds the
+    model, its payer pays the released jobs (they are left `evaluating` with a positive share,
+    no longer held): then nothing is paid here and the list is empty."""
+    from pipeline.evaluation.model_claims import ModelClaimLost
     from pipeline.rewards.payouts import pay_valuation
 
     held = _held(svc.db, valuation_id)
@@ -102,7 +105,10 @@ def release(svc: Services, valuation_id: str) -> list[RewardOutcome]:
             .where(Contribution.id.in_(held.job_ids), Contribution.status == EVALUATING)
             .values(payout_hold=None, updated_at=utcnow())
         )
-    paid = pay_valuation(svc, held.evaluation_ids[0])
+    try:
+        paid = pay_valuation(svc, held.evaluation_ids[0])
+    except ModelClaimLost:
+        return []
     return [paid[e] for e in held.evaluation_ids if e in paid]
 
 
