@@ -103,9 +103,12 @@ def evaluated(outcome: EvaluationOutcome) -> bool:
 
 
 def evaluation_status(outcome: EvaluationOutcome) -> str:
-    """The evaluation's verdict, final: `evaluating` with an improvement is `accepted`."""
+    """The evaluation's verdict, final: `evaluating` with an improvement is `accepted`, or
+    `held` when its payout waits for the operator (`pipeline.rewards.holds`)."""
     if outcome.kind == "rescore":
         return outcome.status or "scored"
+    if outcome.payout_hold:
+        return "held"
     if outcome.status in (EVALUATING, REWARDED):
         return "accepted"
     return outcome.status or "not evaluated"
@@ -145,6 +148,7 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             "sample_rows": outcome.sample_rows,
             "without_cache": outcome.without_cache,
             "models_trained": outcome.models_trained,
+            "payout_hold": outcome.payout_hold,
             "evaluation_id": outcome.evaluation_id,
             "detail": evaluation_detail(outcome),
         }

@@ -19,7 +19,9 @@ fits as the harness reports them: bubblewrap's PID namespace hides them from thi
 accounting), which other load on a shared machine disturbs far less than wall time; wall
 seconds are printed beside it. Prints `figure: value` lines and, last, `ratio: X` =
 sandboxed cost / in-process cost (goal ≤ 1.3: process start, data hand-over and result
-read-back stay small next to the fit).
+read-back stay small next to the fit). The reference check every valuation by owner code adds
+(docs/rewards.md §2c) is timed on the same valuation: `reference_check_*` lines, its share of
+the sandboxed evaluation's CPU, and its cost for the contribution cut into a batch of 4.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pipeline.core.config import load_settings
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 from pipeline.sandbox.outcome import TrainerOutput
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
@@ -136,6 +139,32 @@ def evaluate(
     )
 
 
+def reference(
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame,
+    contribution: pd.DataFrame,
+    valuation: BatchValuation,
+    pieces: int = 1,
+) -> ReferenceCheck:
+    """The reference check of `valuation`; with `pieces`, of the contribution cut into that many
+    players sharing the pool equally (what the check costs does not depend on the shares)."""
+    settings = dataclasses.replace(
+        ValuationSettings.from_settings(load_settings()), engine=FitEngine(workers=1)
+    )
+    players = [Player(f"c{i}", part) for i, part in enumerate(_pieces(contribution, pieces))]
+    if pieces > 1:
+        shares = {p.key: valuation.pool_pct / pieces for p in players}
+        valuation = dataclasses.replace(valuation, shares=shares, rejected={})
+    else:
+        players = [Player("c", contribution)]
+    return check_valuation(scorer, base, players, valuation, settings=settings)
+
+
+def _pieces(frame: pd.DataFrame, count: int) -> list[pd.DataFrame]:
+    size = -(-len(frame) // count)
+    return [frame.iloc[i : i + size].reset_index(drop=True) for i in range(0, len(frame), size)]
+
+
 def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
     bench = pd.DataFrame(churn_rows(bench_rows, seed=1))
     base = pd.DataFrame(churn_rows(rows, seed=2))
@@ -162,6 +191,10 @@ def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
         sandboxed = BenchmarkScorer(bench, estimator=None, trainer=trainer, **OPTIONS)  # type: ignore[arg-type]
         boxed_cpu, boxed_wall, boxed = timed(lambda: evaluate(sandboxed, base, contribution))
         boxed_cpu += sum(CountedTrainer.reported)
+        check_cpu, check_wall, check = timed(
+            lambda: reference(sandboxed, base, contribution, boxed)
+        )
+        batch_cpu, _, _ = timed(lambda: reference(sandboxed, base, contribution, boxed, pieces=4))
 
     print(f"in_process_cpu_seconds: {inside_cpu:.3f}")
     print(f"in_process_wall_seconds: {inside_wall:.3f}")
@@ -172,6 +205,13 @@ def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
     print(f"sandboxed_scores: {boxed.score_without:.6f} -> {boxed.score_with:.6f}")
     same = (inside.score_without, inside.score_with) == (boxed.score_without, boxed.score_with)
     print(f"same_scores: {same}")
+    # The reference check of docs/rewards.md §2c, added to every valuation by owner code: two
+    # fits of the reference estimator (a batch of one); a batch of 4 adds the surrogate's split.
+    print(f"reference_check_holds: {check.holds} ({check.describe()})")
+    print(f"reference_check_cpu_seconds: {check_cpu:.3f}")
+    print(f"reference_check_wall_seconds: {check_wall:.3f}")
+    print(f"reference_check_batch_4_cpu_seconds: {batch_cpu:.3f}")
+    print(f"reference_check_share: {check_cpu / boxed_cpu:.3f}")
     print(f"wall_ratio: {boxed_wall / inside_wall:.3f}")
     print(f"ratio: {boxed_cpu / inside_cpu:.3f}")
 

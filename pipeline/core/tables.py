@@ -210,6 +210,10 @@ class Contribution(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # Claims of this job whose lease expired; the second one fails the job.
     expired_claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Why the job's payout is held for the operator (the reference check of a valuation by the
+    # owner's training code, pipeline.rewards.holds); None: not held. A held job is neither
+    # paid nor accepted training data until the operator releases it.
+    payout_hold: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -11,7 +11,10 @@ batch within noise, is `rejected` with the figures; an unexpected error moves it
 contributions, pool, shares and interval are written in one transaction. A contribution of
 a model without any BenchmarkSpec goes back to `queued` with a reason and is evaluated by the
 first run after a benchmark arrives. When the model's own training code fails, the batch is
-given back (`pipeline.evaluation.trainers`): `queued`, or `failed` the second time.
+given back (`pipeline.evaluation.trainers`): `queued`, or `failed` the second time. A valuation
+by the owner's code is measured again by the marketplace's reference
+(`pipeline.rewards.reference_check`); when they disagree its payout is held for the operator
+(`pipeline.rewards.holds`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from pipeline.evaluation.without_cache import (
 )
 from pipeline.rewards.budget import BUDGET, TryGate
 from pipeline.rewards.players import Player, frame_fingerprint
+from pipeline.rewards.reference_check import REFERENCE_ESTIMATORS, ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import (
     CACHE_MISS,
     BatchValuation,
@@ -250,6 +254,7 @@ def _value_and_record(
             paid = [players[key][1] for key in valuation.accepted]
             kept = {frame_fingerprint(player.frame): player.rows for player in paid}
             valuation.accepted_rows = sum(kept.values())
+        check = _reference_check(svc, inputs, players, valuation)
     except TrainerFailed as exc:
         outcomes.update(give_back_batch(svc, [item for item, _ in players.values()], exc))
         return
@@ -258,7 +263,7 @@ def _value_and_record(
             outcomes[item.version] = _fail(svc, item, exc)
         return
     try:
-        outcomes.update(record_valuation(svc, batch, inputs.bench, players, valuation, gate))
+        outcomes.update(record_valuation(svc, batch, inputs.bench, players, valuation, gate, check))
         _keep_next_without(svc, frames, inputs, players, valuation)
     except (LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.
@@ -269,6 +274,29 @@ def _value_and_record(
             outcomes[item.version] = EvaluationOutcome(
                 None, item.version, "contribution", status=QUEUED, detail=reason
             )
+
+
+def _reference_check(
+    svc: Services, inputs: _Inputs, players: Players, valuation: BatchValuation
+) -> ReferenceCheck | None:
+    """The reference check of a valuation by the owner's code that pays someone
+    (`pipeline.rewards.reference_check`); None for a listed estimator or nothing to pay. A check
+    that fails holds the payout."""
+    if inputs.scorer.trainer is None or not valuation.accepted:
+        return None
+    settings = ValuationSettings.from_settings(svc.settings)
+    try:
+        return check_valuation(
+            inputs.scorer,
+            inputs.base,
+            [player for _, player in players.values()],
+            valuation,
+            settings=settings,
+        )
+    except Exception as exc:
+        log.exception("reference check of model %s failed", inputs.key.model_id)
+        estimator = REFERENCE_ESTIMATORS[inputs.scorer.task_type]
+        return ReferenceCheck.failed(estimator, valuation.pool_pct, type(exc).__name__)
 
 
 def _keep_next_without(

@@ -54,13 +54,18 @@ def transition(
 
 def accepted_contribution() -> ColumnElement[bool]:
     """SQL condition of a contribution whose rows train the model: status `rewarded`, or
-    `evaluating` with a positive share (valued, rewards pending).
+    `evaluating` with a positive share (valued, rewards pending) and no payout held for the
+    operator (`pipeline.rewards.holds`).
 
     `pipeline.evaluation.datasets` reads these rows; `pipeline.rewards.ledger` audits them.
     """
     return or_(
         Contribution.status == REWARDED,
-        and_(Contribution.status == EVALUATING, Contribution.improvement_pct > 0),
+        and_(
+            Contribution.status == EVALUATING,
+            Contribution.improvement_pct > 0,
+            Contribution.payout_hold.is_(None),
+        ),
     )
 
 

@@ -34,6 +34,9 @@ class EvaluationOutcome:
     sample_rows: int | None = None
     without_cache: str | None = None
     models_trained: int | None = None
+    # Why the payout of an accepted contribution is held for the operator (the reference check
+    # of a valuation by the owner's code, pipeline.rewards.holds); None: not held.
+    payout_hold: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

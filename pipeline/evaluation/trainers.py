@@ -8,9 +8,9 @@ subprocess elsewhere).
 
 When the code fails (`TrainerFailed`), it is never the contribution's fault: the batch's
 contributions are given back (`pipeline.evaluation.leases.give_back`: `queued`, or `failed`
-once given back twice), nothing is paid, and the owner's view of the failure (reason and the
-last lines of stderr) is kept on the model (`record_trainer_failure`) for `marketplace models
-list` and shown in Dagster.
+once given back twice) with a fixed reason, nothing is paid, and the owner's view of the
+failure (reason and the last lines of stderr) is kept on the model (`record_trainer_failure`)
+for `marketplace models list` and shown in Dagster.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pipeline.core.tables import Model, isoformat_utc, utcnow
 from pipeline.evaluation.batches import VersionItem
 from pipeline.evaluation.leases import give_back
 from pipeline.evaluation.outcomes import EvaluationOutcome
-from pipeline.sandbox.errors import TrainerFailed
+from pipeline.sandbox.errors import CONTRIBUTOR_TEXT, TrainerFailed
 from pipeline.sandbox.folders import extracted, trainer_key
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner, TrainerRunner
 from pipeline.sandbox.runs import SandboxLimits, require_isolation
@@ -98,11 +98,10 @@ def give_back_batch(
     svc: Services, items: Sequence[VersionItem], exc: TrainerFailed
 ) -> dict[str, EvaluationOutcome]:
     """The batch's `evaluating` contributions given back after the trainer failed; outcomes
-    by version. The job reason names the failure's summary only (no owner text, no data)."""
-    why = (
-        f"not evaluated: the model's training code failed ({exc.summary}); "
-        "not the contribution's fault, nothing charged"
-    )
+    by version. The job reason is a fixed text (`CONTRIBUTOR_TEXT`): neither the exception's
+    name nor which limit struck, both of which the owner's code chooses; the outcome's detail
+    and `trainer_failure` (Dagster, the model's row) are the owner's view."""
+    why = f"not evaluated: {CONTRIBUTOR_TEXT}; not the contribution's fault, nothing charged"
     moved = give_back(svc.db, [item.contribution_id or "" for item in items], why)
     return {
         item.version: EvaluationOutcome(

@@ -3,6 +3,7 @@ figures kept in the job's `quality` JSON, written in one transaction (all or not
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
@@ -20,7 +21,9 @@ from pipeline.evaluation.datasets import BenchmarkData
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.budget import BUDGET, Decision, TryGate, budget_reason
+from pipeline.rewards.holds import held_reason
 from pipeline.rewards.players import Player
+from pipeline.rewards.reference_check import ReferenceCheck
 from pipeline.rewards.valuation import NOISE, BatchValuation
 
 if TYPE_CHECKING:
@@ -41,8 +44,12 @@ def record_valuation(
     players: Players,
     valuation: BatchValuation,
     gate: TryGate,
+    check: ReferenceCheck | None = None,
 ) -> dict[str, EvaluationOutcome]:
-    """Write every player's Evaluation, job verdict and try in one transaction (all or nothing)."""
+    """Write every player's Evaluation, job verdict and try in one transaction (all or nothing).
+
+    `check`: the reference check of a valuation by the owner's code; when it holds, the accepted
+    jobs are written held (`pipeline.rewards.holds`)."""
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:
@@ -53,8 +60,11 @@ def record_valuation(
             session.flush()
             decision = gate.decisions.get(key)
             detail = _valuation_detail(valuation, evaluation, player)
-            _write_verdict(session, key, valuation, detail, decision)
-            outcomes[item.version] = _valued_outcome(evaluation, item, valuation, key, decision)
+            hold = _write_verdict(session, key, valuation, detail, decision, check)
+            outcome = _valued_outcome(evaluation, item, valuation, key, decision)
+            if hold is not None and check is not None:
+                outcome = dataclasses.replace(outcome, detail=held_reason(check), payout_hold=hold)
+            outcomes[item.version] = outcome
         gate.record(session, valuation_id)
     return outcomes
 
@@ -126,8 +136,10 @@ def _write_verdict(
     valuation: BatchValuation,
     detail: dict[str, Any],
     decision: Decision | None,
-) -> None:
-    """Move the job to its verdict; raises LeftEvaluating when it is no longer `evaluating`."""
+    check: ReferenceCheck | None,
+) -> str | None:
+    """Move the job to its verdict; raises LeftEvaluating when it is no longer `evaluating`.
+    For an accepted job whose payout `check` holds, the hold (the check's figures), else None."""
     job = session.get(Contribution, key, with_for_update=True)
     if job is None or job.status != EVALUATING:
         # Shares only add up to the pool as a whole: nothing of the batch is written.
@@ -139,7 +151,13 @@ def _write_verdict(
     job.improvement_pct = valuation.shares[key]
     job.updated_at = utcnow()
     budget = {"budget": decision.view()} if decision is not None else {}
-    job.quality = {**(job.quality or {}), "valuation": detail, **budget}
+    reference = {"reference_check": check.as_dict()} if check is not None else {}
+    job.quality = {**(job.quality or {}), "valuation": detail, **budget, **reference}
+    if check is None or not check.holds or key not in valuation.accepted:
+        return None
+    job.reason = held_reason(check)
+    job.payout_hold = check.describe()
+    return job.payout_hold
 
 
 def _valued_outcome(

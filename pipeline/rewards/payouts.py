@@ -117,6 +117,7 @@ def stranded_evaluations(db: Database, model_id: int) -> list[str]:
                 Contribution.model_id == model_id,
                 Contribution.status == EVALUATING,
                 Contribution.improvement_pct > 0,
+                Contribution.payout_hold.is_(None),
             )
             .order_by(Evaluation.created_at)
         ).all()
@@ -192,8 +193,8 @@ def _valuation_members(
     for evaluation, job, dv, existing in _valuation_rows(svc, evaluation_id):
         if job is None or dv is None or (evaluation.improvement_pct or 0) <= 0:
             continue
-        if job.status not in (EVALUATING, REWARDED):
-            continue
+        if job.status not in (EVALUATING, REWARDED) or job.payout_hold is not None:
+            continue  # held: paid when the operator releases it (pipeline.rewards.holds)
         if job.status == REWARDED or existing:
             done[evaluation.id] = _paid_before(evaluation, job, dv.version, existing)
             continue

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+# All a contributor is told of a failure of the model's training code: a fixed text. Whatever
+# the trainer chose (its exception's class name and message, its stderr, which limit it hit,
+# what its predictions looked like) could carry a message or rows of data to the contributor.
+CONTRIBUTOR_TEXT = "the model's training code failed"
+
 
 class TrainerFailed(Exception):
     """The owner's training code gave no usable predictions; never the contribution's fault.
 
-    - `summary`: the limit that struck or the exception's type — safe for a contributor's job
-      reason (no data value, no owner text);
-    - `detail`: the summary with the exception's message and counts — for the model's owner;
-    - `stderr_tail`: the last lines of the trainer's stderr — for the owner (Dagster,
-      `marketplace models list`), never for a contributor.
+    Every field is the owner's view (Dagster, `marketplace models list`), never a contributor's:
+    a contributor's job reason says `CONTRIBUTOR_TEXT` only.
+
+    - `summary`: the limit that struck, or the exception's type (a name the owner's code
+      chose, so owner text);
+    - `detail`: the summary with the exception's message and counts;
+    - `stderr_tail`: the last lines of the trainer's stderr.
     """
 
     def __init__(self, summary: str, detail: str | None = None, stderr_tail: str = "") -> None:

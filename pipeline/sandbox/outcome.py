@@ -109,13 +109,18 @@ def _raised(result: dict[str, Any], run: SandboxRun, tail: str) -> TrainerFailed
 
 def _stopped(status: dict[str, Any], run: SandboxRun, tail: str) -> TrainerFailed:
     """A run that ended without reporting an exception: killed, or exited on its own."""
-    limits = run.limits
-    signal_name = status.get("signal")
-    code = status.get("returncode")
-    # bwrap reports a child killed by signal N as exit code 128 + N.
-    if signal_name is None and isinstance(code, int) and code > 128:
-        import signal
+    import signal
 
+    limits = run.limits
+    # In a pod the trainer can write status.json: only a real signal name and an integer code
+    # are taken from it.
+    signal_name = status.get("signal")
+    if not (isinstance(signal_name, str) and signal_name in signal.Signals.__members__):
+        signal_name = None
+    code = status.get("returncode")
+    code = code if isinstance(code, int) else None
+    # bwrap reports a child killed by signal N as exit code 128 + N.
+    if signal_name is None and code is not None and code > 128:
         try:
             signal_name = signal.Signals(code - 128).name
         except ValueError:

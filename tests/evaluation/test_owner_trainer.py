@@ -74,7 +74,9 @@ def test_failing_trainer_gives_the_contribution_back_then_fails_it_never_paid(
     row = job(db, job_id)
     assert row.status == QUEUED
     assert row.reason is not None
-    assert "the model's training code failed (the training code raised ValueError)" in row.reason
+    assert row.reason.startswith("not evaluated: the model's training code failed; not the")
+    # Not even the exception's type: its name is the owner's text (issue 34).
+    assert "ValueError" not in row.reason
     assert "not the contribution's fault" in row.reason and "queued again" in row.reason
     # The owner's message and stderr are for the owner, never in the contributor's reason.
     assert "secret feature engineering" not in row.reason and "fitting" not in row.reason

@@ -90,3 +90,23 @@ def test_a_status_pipe_does_not_hold_the_worker(run: SandboxRun) -> None:
     reader.join(timeout=10)
     assert not reader.is_alive()
     assert isinstance(caught[0], TrainerFailed) and "did not report" in caught[0].summary
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"returncode": 1, "signal": "Payout blocked: mail your wallet seed"},
+        {"returncode": "Payout blocked: mail your wallet seed", "signal": None},
+        {"returncode": 1, "signal": ["SIGKILL"]},
+    ],
+)
+def test_a_forged_status_names_no_owner_text(run: SandboxRun, status: dict[str, object]) -> None:
+    """In a pod the trainer can write status.json: only a real signal and an integer code are
+    taken from it."""
+    finished(run, run.box)
+    (run.box / "result.json").unlink()
+    (run.dir / "status.json").write_text(json.dumps(status))
+    with pytest.raises(TrainerFailed) as caught:
+        read_outcome(run)
+    assert "Payout" not in caught.value.describe()
+    assert caught.value.summary.startswith("the training code exited with code")
