@@ -17,7 +17,8 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
   folder bwrap binds first bound where that user can reach it (`_staged_binds`);
 - samples the memory of the whole process tree (the proportional set size of every
   descendant, so pages shared after a fork count once) and kills the run when the sum passes
-  the memory limit: RLIMIT_AS bounds one process, this bounds them together;
+  the memory limit: RLIMIT_AS bounds one process, this bounds them together (no cgroup is
+  needed, none is used: docs/sandbox.md);
 - kills the whole group at the wall-time limit, and writes `RUN_DIR/status.json` (the exit
   code, the signal, whether the wall or the memory limit struck) outside the sandbox's reach.
 """
@@ -37,10 +38,12 @@ from typing import IO
 
 MB = 1024 * 1024
 PR_SET_PDEATHSIG = 1
-# How often the tree's memory is sampled; slower where listing it costs more (no
-# /proc/PID/task/TID/children: a scan of /proc), so that sampling stays under ~5% of a CPU.
+# How often the tree's memory is sampled; less often where a sample costs more (a scan of
+# /proc where the kernel does not list children, page tables walked near the limit), so that
+# sampling stays under ~5% of a CPU.
 SAMPLE_SECONDS = 0.2
 SAMPLE_COST_SHARE = 0.05
+PAGE = os.sysconf("SC_PAGE_SIZE")
 # Mount namespaces and bind mounts, for `_staged_binds`.
 CLONE_NEWNS = 0x00020000
 MS_BIND_REC = 4096 | 16384
@@ -112,9 +115,22 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def memory_bytes(pids: list[int]) -> int:
-    """The proportional set size of `pids` together (a page shared by n processes counts 1/n
-    for each); the resident size where the kernel gives no smaps_rollup."""
+def resident_bytes(pids: list[int]) -> int:
+    """The resident size of `pids` together: cheap (counters), and never below their
+    proportional size, but a page shared after a fork counts once per process."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def proportional_bytes(pids: list[int]) -> int:
+    """The proportional set size of `pids` together: a page shared by n processes counts 1/n
+    for each. Walks their page tables: read only once the resident size passes the limit."""
     total = 0
     for pid in pids:
         try:
@@ -124,11 +140,7 @@ def memory_bytes(pids: list[int]) -> int:
                         total += int(line.split()[1]) * 1024
                         break
         except FileNotFoundError:
-            try:
-                with open(f"/proc/{pid}/statm", "rb") as fh:
-                    total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            except (OSError, ValueError, IndexError):
-                pass
+            total += resident_bytes([pid])  # no smaps_rollup (Linux < 4.14), or it exited
         except (OSError, ValueError, IndexError):
             pass
     return total
@@ -157,12 +169,12 @@ def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | No
             return None
         except subprocess.TimeoutExpired:
             pass
-        began = time.monotonic()
+        began = time.process_time()  # the launcher's own CPU time, reading /proc included
         pids = tree(child.pid)
-        if memory_bytes(pids) > memory:
+        if resident_bytes(pids) > memory and proportional_bytes(pids) > memory:
             _kill(pids, child.pid)
             return "memory"
-        interval = max(SAMPLE_SECONDS, (time.monotonic() - began) / SAMPLE_COST_SHARE)
+        interval = max(SAMPLE_SECONDS, (time.process_time() - began) / SAMPLE_COST_SHARE)
 
 
 def _staged_binds(command: list[str], run_dir: str) -> list[str]:

@@ -21,7 +21,13 @@ from pipeline.sandbox import runs
 from pipeline.sandbox.errors import TrainerFailed
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SHM_MB, TRAINER_ID, SandboxRun, bwrap_path
-from tests.support.trainers import LIMITS, cancer_split, run_trainer, write_folder
+from tests.support.trainers import (
+    GOOD_TRAINER,
+    LIMITS,
+    cancer_split,
+    run_trainer,
+    write_folder,
+)
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
 
@@ -140,6 +146,34 @@ def test_forked_children_share_one_memory_limit(tmp_path: Path) -> None:
     assert caught.value.summary == (
         "memory limit of 1024 MB exceeded by the run's processes together: the run was killed"
     )
+
+
+def test_pages_shared_after_a_fork_count_once(tmp_path: Path) -> None:
+    """700 MB, then five forked children that only read it: over 5 GB resident in sum, under
+    1 GB in fact. The run's memory is the tree's proportional size: under 4,096 MB."""
+    limits = dataclasses.replace(LIMITS, memory_mb=4096)
+    folder = write_folder(
+        tmp_path / "model",
+        GOOD_TRAINER
+        + """
+import os, time
+
+_fit = fit
+
+def fit(train, target):
+    shared = b"x" * (700 * 1024 * 1024)
+    children = []
+    for _ in range(5):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(2)
+            os._exit(0 if shared[-1:] == b"x" else 1)
+        children.append(pid)
+    assert all(os.waitpid(pid, 0)[1] == 0 for pid in children)
+    return _fit(train, target)
+""",
+    )
+    assert run_trainer(folder, limits=limits).shape == (169,)
 
 
 def test_process_count_is_capped_for_the_whole_run(tmp_path: Path) -> None:
