@@ -331,12 +331,12 @@ def _hand_over(run_dir: Path, box: Path, user: tuple[int, int]) -> None:
 def _make_removable(dir_fd: int) -> None:
     """Every folder under `dir_fd` made readable, writable and searchable by its owner, through
     descriptors that never follow a symbolic link: the trainer may have locked its folders."""
-    for entry in os.scandir(dir_fd):
-        if not entry.is_dir(follow_symlinks=False):
-            continue
+    with os.scandir(dir_fd) as entries:
+        folders = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for name in folders:
         flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
         try:
-            path_fd = os.open(entry.name, flags, dir_fd=dir_fd)
+            path_fd = os.open(name, flags, dir_fd=dir_fd)
         except OSError:
             continue
         try:
@@ -355,14 +355,16 @@ def _make_removable(dir_fd: int) -> None:
 def remove_run_folder(run_dir: Path) -> bool:
     """Remove a run folder, whatever modes the trainer left in its box; whether it is gone (a
     folder that stays is logged: run folders hold training rows)."""
-    with contextlib.suppress(OSError):
+    # RecursionError: folders nested thousands deep, which the trainer had the time to make.
+    with contextlib.suppress(OSError, RecursionError):
         run_dir.chmod(0o700)
         fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             _make_removable(fd)
         finally:
             os.close(fd)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(RecursionError):
+        shutil.rmtree(run_dir, ignore_errors=True)
     if os.path.lexists(run_dir):
         log.error("trainer run folder %s could not be removed", run_dir)
         return False
