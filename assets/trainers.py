@@ -18,6 +18,7 @@ scores come from `pipeline.evaluation`, outside the sandbox.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -97,7 +98,8 @@ class GatedMessageReader(dg.PipesFileMessageReader):
 
     def _reader_thread(self, handler: Any, is_resource_complete: Event) -> None:
         gate = MessageGate(self._deadline)
-        with open(self._path, "rb") as stream:
+        # The box is the trainer's: never read through a link it may have put in the file's place.
+        with os.fdopen(os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as stream:
             pending = b""
             while not gate.done:
                 chunk = stream.readline(MAX_LINE_BYTES + 1 - len(pending))
