@@ -231,26 +231,31 @@ def main(run_dir: str) -> int:
     user = spec.get("user")
     # Switched in the child by subprocess's C code; no supplementary group (root's 0) is kept.
     as_user = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
-    if user and spec.get("bwrap"):
-        command = _staged_binds(command, run_dir)
     started = time.monotonic()
+    struck = None
     with (
         _private(os.path.join(run_dir, "stdout.txt")) as out,
         _private(os.path.join(run_dir, "stderr.txt")) as err,
     ):
-        child = subprocess.Popen(
-            command,
-            env=env,
-            cwd=spec["cwd"],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            **as_user,
-        )
-        struck = _watch(child, wall, spec["limits"]["memory_mb"] * MB)
-        child.wait()
-    code = child.returncode
+        try:
+            if user and spec.get("bwrap"):
+                command = _staged_binds(command, run_dir)
+            child = subprocess.Popen(
+                command,
+                env=env,
+                cwd=spec["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                **as_user,
+            )
+        except OSError as exc:  # the sandbox could not be started: said in its stderr
+            err.write(f"the sandbox launcher could not start the sandbox: {exc}\n".encode())
+            code = 127
+        else:
+            struck = _watch(child, wall, spec["limits"]["memory_mb"] * MB)
+            code = child.wait()
     status = {
         "returncode": code,
         "signal": signal.Signals(-code).name if code < 0 else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import os
 import secrets
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from pipeline.sandbox import runs
 from pipeline.sandbox.errors import TrainerFailed
+from pipeline.sandbox.outcome import read_outcome
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SHM_MB, TRAINER_ID, SandboxRun, bwrap_path
 from tests.support.trainers import (
@@ -225,3 +227,29 @@ def test_dev_shm_is_capped(tmp_path: Path) -> None:
     )
     written_mb = reported(folder)
     assert isinstance(written_mb, int) and written_mb <= SHM_MB
+
+
+def test_a_sandbox_that_cannot_start_says_why(tmp_path: Path) -> None:
+    """bubblewrap gone between the run's preparation and its start: the launcher still reports,
+    and the reason is in the run's stderr (the owner's view), not a missing status."""
+    train, features = training()
+    job = runs.TrainerJob(
+        write_folder(tmp_path / "model", GOOD_TRAINER),
+        "train:fit",
+        "target",
+        train,
+        features,
+        False,
+    )
+    run = SandboxRun(job, LIMITS, "bwrap")
+    try:
+        launch = json.loads((run.dir / "launch.json").read_text())
+        launch["command"][0] = str(tmp_path / "no-such-bwrap")
+        (run.dir / "launch.json").write_text(json.dumps(launch))
+        SubprocessRunner().start(run)
+        with pytest.raises(TrainerFailed) as caught:
+            read_outcome(run)
+    finally:
+        run.close()
+    assert caught.value.summary == "the training code exited with code 127 without a result"
+    assert "could not start the sandbox" in caught.value.stderr_tail
