@@ -10,19 +10,26 @@ in the step's log. With TRAINER_PIPES_CLIENT=k8s a `PipesK8sClient` (dagster-k8s
 installed by default) starts it in a pod of `trainer_pod_spec`: the pod is the sandbox there
 (no bubblewrap inside), its run folder on a volume shared with the run worker.
 
-Messages the trainer reports are logged, never turned into materializations or check results:
-the scores come from `pipeline.evaluation`, outside the sandbox.
+Messages the trainer reports go through `GatedMessageReader`: only the harness's progress lines
+reach the step's log, a run's messages are capped in count and bytes and not read past its wall
+limit (`pipeline.sandbox.messages`); none becomes a materialization or a check result: the
+scores come from `pipeline.evaluation`, outside the sandbox.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
+from threading import Event
 from typing import Any
 
 import dagster as dg
 
 from pipeline.core.config import Settings
+from pipeline.sandbox.messages import MAX_LINE_BYTES, MessageGate
+from pipeline.sandbox.runner import RUNNER_GRACE_SECONDS
 from pipeline.sandbox.runs import SandboxRun
 
 TRAINER_LABEL = {"app.kubernetes.io/name": "marketplace-trainer"}
@@ -56,9 +63,10 @@ class PipesTrainerRunner:
                 self.context.log.info(f"trainer run ended with an error: {type(exc).__name__}")
 
     def _start_subprocess(self, run: SandboxRun) -> None:
+        deadline = time.monotonic() + run.limits.wall_seconds + RUNNER_GRACE_SECONDS
         client = dg.PipesSubprocessClient(
             context_injector=dg.PipesEnvContextInjector(),
-            message_reader=dg.PipesFileMessageReader(str(run.messages_path)),
+            message_reader=GatedMessageReader(str(run.messages_path), self.context.log, deadline),
         )
         client.run(context=self.context, command=run.command, env={"PATH": "/usr/bin:/bin"})
 
@@ -72,6 +80,42 @@ class PipesTrainerRunner:
             base_pod_meta={"labels": TRAINER_LABEL},
             base_pod_spec=trainer_pod_spec(self.settings, run.dir, owner_of(run.dir)),
         )
+
+
+class GatedMessageReader(dg.PipesFileMessageReader):
+    """Dagster's file message reader, reading through a `MessageGate`: what reaches the handler
+    (and so the event log) is the harness's, capped, and read only until the run's deadline."""
+
+    def __init__(self, path: str, log: Any, deadline: float) -> None:
+        super().__init__(path)
+        self._log = log
+        self._deadline = deadline
+
+    @property
+    def expected_writer_count(self) -> int:
+        """One writer, the harness (the base class's property warns that it is in preview)."""
+        return 1
+
+    def _reader_thread(self, handler: Any, is_resource_complete: Event) -> None:
+        gate = MessageGate(self._deadline)
+        # The box is the trainer's: never read through a link it may have put in the file's place.
+        with os.fdopen(os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as stream:
+            pending = b""
+            while not gate.done:
+                chunk = stream.readline(MAX_LINE_BYTES + 1 - len(pending))
+                pending += chunk
+                if pending.endswith(b"\n") or len(pending) > MAX_LINE_BYTES:
+                    message = gate.take(pending)
+                    pending = b""
+                    if message is not None:
+                        handler.handle_message(message)
+                elif not chunk:
+                    if is_resource_complete.is_set():
+                        break
+                    time.sleep(0.05)
+        summary = gate.summary()
+        if summary is not None:
+            self._log.warning(summary)
 
 
 def k8s_client(settings: Settings) -> Any:

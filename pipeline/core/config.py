@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     trainer_cpu_seconds: int = Field(default=900, ge=1)
     trainer_wall_seconds: int = Field(default=1200, ge=1)
     trainer_file_size_mb: int = Field(default=1024, ge=1)
+    # Processes and threads of one trainer run together (RLIMIT_NPROC in its user namespace).
+    trainer_max_processes: int = Field(default=64, ge=8, le=4096)
     # Trainer runs at once in one valuation (each a process with its own memory limit).
     trainer_max_parallel: int = Field(default=1, ge=1, le=32)
     # bwrap: namespaces (no network, nothing of the host but the Python install). none: limits

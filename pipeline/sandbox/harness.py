@@ -84,11 +84,22 @@ def _run(box: str, job: dict[str, Any], log: Any) -> None:
         np.save(os.path.join(box, "predictions.npy"), _plain(model.predict(features)))
 
 
+def _limit_processes(count: int | None) -> None:
+    """At most `count` processes and threads for this run, before any owner code: set here, in
+    the sandbox's own user namespace, where the kernel counts only the run's tasks. Lowered
+    for good: raising it back needs a capability the sandbox does not have."""
+    if count is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (count, count))
+
+
 def main(box: str, site_dirs: list[str]) -> int:
-    for path in site_dirs:
-        site.addsitedir(path)
     with open(os.path.join(box, "job.json"), encoding="utf-8") as fh:
         job = json.load(fh)
+    _limit_processes(job.get("max_processes"))
+    for path in site_dirs:
+        site.addsitedir(path)
     pipes = _pipes()
 
     def log(message: str) -> None:

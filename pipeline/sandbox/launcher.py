@@ -12,12 +12,20 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
 - starts the command (bwrap around the harness) with an environment built from nothing
   but the fixed variables and the Pipes bootstrap variables, stdout and stderr to files of
   the run folder that the sandbox cannot see, in its own process group;
+- when the service runs as root, starts it as the unprivileged user `launch.json` names, with
+  no supplementary group (done by subprocess's C code in the child, not in Python), each
+  folder bwrap binds first bound where that user can reach it (`_staged_binds`);
+- samples the memory of the whole process tree (the proportional set size of every
+  descendant, so pages shared after a fork count once) and kills the run when the sum passes
+  the memory limit: RLIMIT_AS bounds one process, this bounds them together (no cgroup is
+  needed, none is used: docs/sandbox.md);
 - kills the whole group at the wall-time limit, and writes `RUN_DIR/status.json` (the exit
-  code, the signal, whether the wall limit struck) outside the sandbox's reach.
+  code, the signal, whether the wall or the memory limit struck) outside the sandbox's reach.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -26,9 +34,21 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 MB = 1024 * 1024
 PR_SET_PDEATHSIG = 1
+# How often the tree's memory is sampled; less often where a sample costs more (a scan of
+# /proc where the kernel does not list children, page tables walked near the limit), so that
+# sampling stays under ~5% of a CPU.
+SAMPLE_SECONDS = 0.2
+SAMPLE_COST_SHARE = 0.05
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# Mount namespaces and bind mounts, for `_staged_binds`.
+CLONE_NEWNS = 0x00020000
+MS_BIND_REC = 4096 | 16384
+MS_REC_PRIVATE = 16384 | (1 << 18)
+BIND_OPTIONS = ("--bind", "--ro-bind")
 
 
 def _die_with_parent() -> None:
@@ -50,12 +70,154 @@ def _set_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _children_of(pid: int) -> list[int] | None:
+    """The children of `pid`, or None where the kernel does not list them."""
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found += [int(child) for child in fh.read().split()]
+    except FileNotFoundError:
+        return None if os.path.exists(f"/proc/{pid}") else []
+    except OSError:
+        return []
+    return found
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, from a scan of /proc/PID/stat."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+            parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def tree(root: int) -> list[int]:
+    """`root` and all its descendants. Orphans of a sandbox are adopted by its PID namespace's
+    first process, itself a descendant, so nothing of the sandbox leaves this tree."""
+    listed = _children_of(root)
+    scanned = _parents() if listed is None else None
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        below = scanned.get(pid, []) if scanned is not None else _children_of(pid)
+        todo += below or []
+    return found
+
+
+def resident_bytes(pids: list[int]) -> int:
+    """The resident size of `pids` together: cheap (counters), and never below their
+    proportional size, but a page shared after a fork counts once per process."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def proportional_bytes(pids: list[int]) -> int:
+    """The proportional set size of `pids` together: a page shared by n processes counts 1/n
+    for each. Walks their page tables: read only once the resident size passes the limit."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except FileNotFoundError:
+            total += resident_bytes([pid])  # no smaps_rollup (Linux < 4.14), or it exited
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _kill(pids: list[int], group: int) -> None:
+    """SIGKILL to the child's group and to every process of its tree (one that left the group
+    included); killing bubblewrap takes its whole PID namespace."""
+    for kill, target in [(os.killpg, group), *((os.kill, pid) for pid in pids)]:
+        with contextlib.suppress(OSError):
+            kill(target, signal.SIGKILL)
+
+
+def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | None:
+    """Wait for the child until it ends, the wall clock passes `wall`, or its tree holds more
+    than `memory` bytes; which limit struck ("wall", "memory") or None."""
+    deadline = time.monotonic() + wall
+    interval = SAMPLE_SECONDS
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            _kill(tree(child.pid), child.pid)
+            return "wall"
+        try:
+            child.wait(timeout=min(interval, remaining))
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        began = time.process_time()  # the launcher's own CPU time, reading /proc included
+        pids = tree(child.pid)
+        if resident_bytes(pids) > memory and proportional_bytes(pids) > memory:
+            _kill(pids, child.pid)
+            return "memory"
+        interval = max(SAMPLE_SECONDS, (time.process_time() - began) / SAMPLE_COST_SHARE)
+
+
+def _staged_binds(command: list[str], run_dir: str) -> list[str]:
+    """`command` with each bubblewrap bind source replaced by a folder of the run folder where
+    that source is bound, in a mount namespace private to the launcher (and so to the bwrap it
+    starts, and to nothing else).
+
+    For a root service only: bubblewrap then runs as the unprivileged user, who must reach
+    every folder it binds, and may not (a Python installed under /root, a run folder under a
+    private temp folder). The run folder is searchable but not readable by others, each stage
+    folder empty outside this namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC_PRIVATE, None):
+        raise OSError(ctypes.get_errno(), "the launcher cannot make its mount namespace")
+    stage = os.path.join(run_dir, "binds")
+    os.mkdir(stage, 0o711)
+    staged = list(command)
+    at = 0
+    while at < len(staged) - 2:
+        if staged[at] not in BIND_OPTIONS:
+            at += 1
+            continue
+        target = os.path.join(stage, str(at))
+        os.mkdir(target, 0o755)
+        if libc.mount(staged[at + 1].encode(), target.encode(), None, MS_BIND_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot stage {staged[at + 1]}")
+        staged[at + 1] = target
+        at += 3
+    return staged
+
+
 def _environment(spec: dict[str, object]) -> dict[str, str]:
     env = {str(k): str(v) for k, v in dict(spec["env"]).items()}  # type: ignore[call-overload]
     for name in spec["pass_env"]:  # type: ignore[attr-defined]
         if name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+def _private(path: str) -> IO[bytes]:
+    """A new file only the launcher's user can read: the run folder is traversable by the
+    trainer's user when the service is root, and the trainer's output may hold its rows."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
 
 
 def main(run_dir: str) -> int:
@@ -65,39 +227,47 @@ def main(run_dir: str) -> int:
     env = _environment(spec)
     _set_limits(spec["limits"])
     wall = spec["limits"]["wall_seconds"]
+    command = spec["command"]
+    user = spec.get("user")
+    # Switched in the child by subprocess's C code; no supplementary group (root's 0) is kept.
+    as_user = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
     started = time.monotonic()
+    struck = None
     with (
-        open(os.path.join(run_dir, "stdout.txt"), "wb") as out,
-        open(os.path.join(run_dir, "stderr.txt"), "wb") as err,
+        _private(os.path.join(run_dir, "stdout.txt")) as out,
+        _private(os.path.join(run_dir, "stderr.txt")) as err,
     ):
-        child = subprocess.Popen(
-            spec["command"],
-            env=env,
-            cwd=spec["cwd"],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        timed_out = False
         try:
-            child.wait(timeout=wall)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    code = child.returncode
+            if user and spec.get("bwrap"):
+                command = _staged_binds(command, run_dir)
+            child = subprocess.Popen(
+                command,
+                env=env,
+                cwd=spec["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                **as_user,
+            )
+        except OSError as exc:  # the sandbox could not be started: said in its stderr
+            err.write(f"the sandbox launcher could not start the sandbox: {exc}\n".encode())
+            code = 127
+        else:
+            struck = _watch(child, wall, spec["limits"]["memory_mb"] * MB)
+            code = child.wait()
     status = {
         "returncode": code,
         "signal": signal.Signals(-code).name if code < 0 else None,
-        "timed_out": timed_out,
+        "timed_out": struck == "wall",
+        "memory_exceeded": struck == "memory",
         "seconds": round(time.monotonic() - started, 3),
     }
     tmp = os.path.join(run_dir, "status.json.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(status, fh)
     os.replace(tmp, os.path.join(run_dir, "status.json"))
-    return 0 if code == 0 and not timed_out else 1
+    return 0 if code == 0 and struck is None else 1
 
 
 if __name__ == "__main__":

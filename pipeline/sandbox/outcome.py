@@ -152,6 +152,12 @@ def read_outcome(run: SandboxRun) -> TrainerOutput:
     if status.get("timed_out"):
         summary = f"wall time limit of {run.limits.wall_seconds} s exceeded: the run was killed"
         raise TrainerFailed(summary, summary, tail)
+    if status.get("memory_exceeded"):
+        summary = (
+            f"memory limit of {run.limits.memory_mb} MB exceeded by the run's processes "
+            "together: the run was killed"
+        )
+        raise TrainerFailed(summary, summary, tail)
     result = _json(run.dir, f"{BOX}/result.json")
     if status.get("returncode") != 0:
         if result is not None and result.get("ok") is False:

@@ -14,19 +14,25 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
         job.json          entry point, target column, probabilities or labels
         predictions.npy   (classes.npy, result.json)        written by the trainer
 
-bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
-only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
-the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
-/tmp is an empty tmpfs (capped at the file-size limit; a Python install under /tmp is bound
-read-only on top of it), the rest read-only. The environment is the launcher's, built from
-nothing (`FIXED_ENV`, HOME=the box, and the Pipes bootstrap variables). The data folder, the
-repository, /etc and /home are not there. The box is on the service's disk (in Kubernetes,
-the shared volume): each file is capped by the file-size limit, not their number.
+bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) runs the harness as
+an unprivileged uid with no capabilities and no right to make further user namespaces, and
+binds read-only only /usr (with the /bin and /lib links), the Python install and the service's
+site-packages; the box is bound read-write at its own path (so Pipes' file paths mean the same
+inside); /tmp and /dev/shm are empty tmpfs (/tmp capped at the file-size limit, a Python install
+under /tmp bound read-only on top of it; /dev/shm at `SHM_MB`), the rest read-only. When the
+service runs as root, the launcher starts bubblewrap as `TRAINER_ID` (65534, nobody) and the
+box is that user's: owner code never runs as root, outside or inside the namespaces. The
+environment is the launcher's, built from nothing (`FIXED_ENV`, HOME=the box, and the Pipes
+bootstrap variables). The data folder, the repository, /etc and /home are not there. The box
+is on the service's disk (in Kubernetes, the shared volume): each file is capped by the
+file-size limit, not their number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 import site
@@ -45,6 +51,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pipeline.core.config import Settings
+
+log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "launcher.py"
@@ -67,6 +75,11 @@ FIXED_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+# Owner code runs as this uid and gid inside the sandbox, and outside too when the service is
+# root (the launcher starts bubblewrap as it): never as root, whoever starts the service.
+TRAINER_ID = 65534
+# /dev/shm of the sandbox: a capped tmpfs like /tmp (POSIX semaphores, small shared arrays).
+SHM_MB = 64
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,8 @@ class SandboxLimits:
     cpu_seconds: int
     wall_seconds: int
     file_size_mb: int
+    # Processes and threads of the run together (RLIMIT_NPROC in its own user namespace).
+    processes: int = 64
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxLimits:
@@ -83,6 +98,7 @@ class SandboxLimits:
             cpu_seconds=settings.trainer_cpu_seconds,
             wall_seconds=settings.trainer_wall_seconds,
             file_size_mb=settings.trainer_file_size_mb,
+            processes=settings.trainer_max_processes,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -91,6 +107,7 @@ class SandboxLimits:
             "cpu_seconds": self.cpu_seconds,
             "wall_seconds": self.wall_seconds,
             "file_size_mb": self.file_size_mb,
+            "processes": self.processes,
         }
 
 
@@ -136,10 +153,20 @@ def isolation_problem(isolation: str) -> str | None:
     bwrap = bwrap_path()
     if bwrap is None:
         return BWRAP_MISSING
-    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"]
+    probe = [bwrap, *_namespace_arguments(), "--ro-bind", "/", "/", "true"]
+    user = trainer_user()
     try:
         done = subprocess.run(
-            probe, env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=10, check=False
+            probe,
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            timeout=10,
+            check=False,
+            # As the launcher would start it; switched in the child by subprocess's C code,
+            # not a preexec_fn: safe in a threaded service.
+            user=user[0] if user else None,
+            group=user[1] if user else None,
+            extra_groups=[] if user else None,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap (bwrap) could not be started: {exc}"
@@ -148,6 +175,31 @@ def isolation_problem(isolation: str) -> str | None:
         why = said[-1] if said else f"exit code {done.returncode}"
         return f"bubblewrap (bwrap) cannot make its sandbox here: {why}"
     return None
+
+
+def trainer_user() -> tuple[int, int] | None:
+    """The uid and gid the launcher starts owner code as: `TRAINER_ID` when the service is
+    root, None (the service's own) otherwise."""
+    return (TRAINER_ID, TRAINER_ID) if os.geteuid() == 0 else None
+
+
+def _namespace_arguments() -> list[str]:
+    """bubblewrap's namespaces and privileges: all namespaces new, the harness as an
+    unprivileged uid without capabilities and unable to make a user namespace of its own, so
+    that a root service's sandbox holds as a non-root one's does (no remount of a read-only
+    bind, no mount at all)."""
+    return [
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(TRAINER_ID),
+        "--gid",
+        str(TRAINER_ID),
+        "--cap-drop",
+        "ALL",
+        "--disable-userns",
+        "--die-with-parent",
+    ]
 
 
 def _ro_binds(executable: str, site_dirs: Sequence[str]) -> list[str]:
@@ -174,8 +226,7 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
     require_isolation(isolation)
     return [
         str(bwrap_path()),
-        "--unshare-all",
-        "--die-with-parent",
+        *_namespace_arguments(),
         "--new-session",
         # /tmp lives in memory: its size is capped like a file. Mounted before the binds, so a
         # Python install under /tmp (a virtualenv made there, a test's linked `.venv`) is bound
@@ -189,6 +240,11 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        # Shared memory is memory: capped like /tmp instead of bwrap's unbounded /dev.
+        "--size",
+        str(SHM_MB * 1024 * 1024),
+        "--tmpfs",
+        "/dev/shm",
         "--bind",
         str(box),
         str(box),
@@ -228,14 +284,24 @@ class SandboxRun:
             "entry": self.job.entry,
             "target": self.job.target,
             "probabilities": self.job.probabilities,
+            # Counted per user namespace: only bubblewrap gives the run one of its own (without
+            # it the count would take in every process of the service's user).
+            "max_processes": self.limits.processes if isolation != "none" else None,
         }
         (self.box / "job.json").write_text(json.dumps(job))
+        # Made before the trainer runs, so the Pipes reader opens a file of the box, not a link.
+        self.messages_path.touch()
+        user = trainer_user() if isolation != "none" else None
+        if user is not None:
+            _hand_over(self.dir, self.box, user)
         launch: dict[str, Any] = {
             "command": sandbox_command(self.box, isolation, self.limits.file_size_mb * 1024 * 1024),
             "cwd": str(self.box),
             "env": {**FIXED_ENV, "HOME": str(self.box)},
             "pass_env": list(PIPES_ENV),
             "limits": self.limits.as_dict(),
+            "user": user,
+            "bwrap": isolation != "none",
         }
         (self.dir / "launch.json").write_text(json.dumps(launch))
 
@@ -250,4 +316,56 @@ class SandboxRun:
         return self.box / "pipes-messages.jsonl"
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_run_folder(self.dir)
+
+
+def _hand_over(run_dir: Path, box: Path, user: tuple[int, int]) -> None:
+    """A root service's run folder made usable by `user`: the box is theirs, the run folder
+    only traversable (its other files stay the service's, unreadable to them)."""
+    run_dir.chmod(0o711)
+    for path in [box, *box.rglob("*")]:
+        os.chown(path, *user, follow_symlinks=False)
+    box.chmod(0o700)
+
+
+def _make_removable(dir_fd: int) -> None:
+    """Every folder under `dir_fd` made readable, writable and searchable by its owner, through
+    descriptors that never follow a symbolic link: the trainer may have locked its folders."""
+    with os.scandir(dir_fd) as entries:
+        folders = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for name in folders:
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+        try:
+            path_fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+            child = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        finally:
+            os.close(path_fd)
+        try:
+            _make_removable(child)
+        finally:
+            os.close(child)
+
+
+def remove_run_folder(run_dir: Path) -> bool:
+    """Remove a run folder, whatever modes the trainer left in its box; whether it is gone (a
+    folder that stays is logged: run folders hold training rows)."""
+    # RecursionError: folders nested thousands deep, which the trainer had the time to make.
+    with contextlib.suppress(OSError, RecursionError):
+        run_dir.chmod(0o700)
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            _make_removable(fd)
+        finally:
+            os.close(fd)
+    with contextlib.suppress(RecursionError):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if os.path.lexists(run_dir):
+        log.error("trainer run folder %s could not be removed", run_dir)
+        return False
+    return True

@@ -74,3 +74,48 @@ def test_failing_trainer_fails_the_step_with_its_reason_and_stderr(
     assert "last lines of the trainer's stderr" in description and "Traceback" in description
     assert job(db, job_id).status == QUEUED
     assert not instance.get_materialized_partitions(dg.AssetKey("rewards"))
+
+
+# A good trainer that first floods the Pipes messages file of its box with training rows.
+FLOODING_TRAINER = (
+    GOOD_TRAINER
+    + """
+import json
+import os
+
+_fit = fit
+
+
+def fit(train, target):
+    with open(os.path.join(os.environ["HOME"], "pipes-messages.jsonl"), "a") as fh:
+        for n in range(2000):
+            message = {"message": f"row {n}: 14.95,18.77,leaked", "level": "INFO"}
+            fh.write(json.dumps({"__dagster_pipes_version": "0.1", "method": "log",
+                                 "params": message}) + "\\n")
+    return _fit(train, target)
+"""
+)
+
+
+def test_a_pipes_flood_is_capped_and_keeps_its_text_out_of_the_event_log(
+    settings: Settings,
+    db: Database,
+    store: LocalObjectStore,
+    instance: dg.DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    """Issue 34: each trainer line was one Dagster event (20,000 lines, 60,000 events)."""
+    model_id = owner_model(db, store, tmp_path, FLOODING_TRAINER)
+    _, bench = add_benchmark(db, store, model_id=model_id)
+    job_id, version = contribute(db, store, model_id=model_id, with_manifest=manifest(WALLET_A))
+
+    result = materialize(settings, instance, model_id, [bench, version])
+
+    assert result.success
+    assert job(db, job_id).status == REWARDED
+    logged = step_log(instance, result)
+    assert "fitting train:fit on 200 rows" in logged  # the harness's progress still arrives
+    assert "leaked" not in logged and "14.95" not in logged
+    assert "Pipes messages or" in logged  # the step says reading stopped, with counts only
+    # Two sandboxed runs (without and with the contribution): well below one event per line.
+    assert len(instance.all_logs(result.run_id)) < 1000

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -235,19 +237,24 @@ def test_dev_warns_at_start_where_bubblewrap_is_missing(
 
 
 def test_dev_warns_where_bubblewrap_cannot_make_its_namespaces(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """As in an unprivileged container: bwrap is there, its namespaces are refused."""
     from cli.devmode import sandbox_warning
     from pipeline.core.config import load_settings
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    # Outside pytest's private temp folder: as root, the probe starts bwrap as the sandbox's
+    # unprivileged user, as the launcher does.
+    bin_dir = Path(tempfile.mkdtemp(prefix="mk-fake-bwrap-"))
+    bin_dir.chmod(0o755)
     fake = bin_dir / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    warning = sandbox_warning(load_settings())
+    try:
+        warning = sandbox_warning(load_settings())
+    finally:
+        shutil.rmtree(bin_dir)
     assert warning is not None
     assert "cannot make its sandbox here: bwrap: No permissions to create new namespace" in warning
 
