@@ -41,12 +41,23 @@ from pipeline.store.bounded_read import (
 )
 from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
+from pipeline.store.parquet_envelope import (
+    ENCRYPTED,
+    ENCRYPTED_FOOTER_MAGIC,
+    EncryptedParquet,
+    UnsafeParquet,
+)
+from pipeline.store.parquet_probe import (
+    PARQUET_BUFFER_BYTES,
+    ParquetDecodeError,
+    ParquetReaderFailed,
+    check_parquet_file,
+)
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
 HEAD_BYTES = 64 * 1024
 # ... and for CSV up to a complete header line, which may not be longer than this.
 MAX_HEAD_BYTES = 1024 * 1024
-PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # How pyarrow's CSV reader says a value does not fit the column's type.
@@ -61,6 +72,8 @@ def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
     """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
     if head.startswith(PARQUET_MAGIC):
         return PARQUET
+    if head.startswith(ENCRYPTED_FOOTER_MAGIC):
+        raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
     if not head.strip():
         raise InvalidInput("the file is empty; expected CSV or Parquet")
     text = head[3:] if head.startswith(codecs.BOM_UTF8) else head
@@ -349,8 +362,11 @@ def profile_parquet(
     with path.open("rb") as fh:
         fh.seek(max(0, size - len(PARQUET_MAGIC)))
         tail = fh.read()
+    if tail == ENCRYPTED_FOOTER_MAGIC:
+        raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
     if size < 12 or tail != PARQUET_MAGIC:
         raise InvalidInput("not a valid Parquet file: it does not end with the Parquet magic")
+    _check_natively_readable(path)
     try:
         parquet = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
         schema = parquet.schema_arrow
@@ -374,6 +390,23 @@ def profile_parquet(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
     return builder.profile(PARQUET, rows=rows)
+
+
+def _check_natively_readable(path: Path) -> None:
+    """The envelope checked in Python, then the whole file read in a child process
+    (`pipeline.store.parquet_probe`): this process reads only what a child read and survived."""
+    try:
+        check_parquet_file(path)
+    except EncryptedParquet as exc:
+        raise InvalidInput(str(exc)) from None
+    except UnsafeParquet as exc:
+        raise InvalidInput(f"not a valid Parquet file: {exc}") from None
+    except DatasetBoundsError as exc:
+        raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
+    except ParquetReaderFailed as exc:
+        raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
+    except ParquetDecodeError as exc:
+        raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
 
 
 # What pyarrow's message says went wrong, in words of ours: its messages can quote a cell

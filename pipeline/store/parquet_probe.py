@@ -1,0 +1,215 @@
+"""Untrusted Parquet bytes meet the native reader in a child process first.
+
+pyarrow's C++ reader aborts the process on some inputs instead of raising (an exception thrown
+where no caller can catch it; pyarrow 26 on encrypted column metadata), and a crash in native
+code on a malformed page would do the same. An API worker or a pipeline run must not die with
+it. So before a process reads a Parquet file it has not read before, `check_parquet_file`:
+
+1. checks the envelope in Python (`pipeline.store.parquet_envelope`): the magic, the footer
+   length, the footer itself decoded without native code, encryption refused with its reason;
+2. reads the whole file natively in a child process, as the service reads it: the footer's
+   claims checked (`check_parquet_footer`), every row group decoded in bounded batches
+   (`iter_parquet_batches`). The child reports the first refusal; a child that dies (a signal,
+   an abort) or outlives `PROBE_SECONDS` is the file's failure, not the caller's.
+
+Only then may the caller read the file itself. The children are forked by a small server
+process (`python -m pipeline.store.parquet_probe`, started at a process's first check, pyarrow
+already imported; one per concurrent check, kept for the next): a fork of the caller itself
+would copy the locks of its other threads, and a new interpreter per file costs a third of a
+second. A child dies with its server (`PR_SET_PDEATHSIG`), a server when its caller closes its
+input. A file that passed is remembered by its identity (device, inode, size, modification
+time) for the life of the process, so the pipeline reading it again does not check it again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import pipeline
+from pipeline.store.bounded_read import (
+    DatasetBoundsError,
+    ReadBudget,
+    check_parquet_footer,
+    iter_parquet_batches,
+)
+from pipeline.store.parquet_envelope import check_parquet_envelope
+
+PROBE_SECONDS = 60.0
+# What a child's read may allocate beyond its decoded-bytes budget (buffers, pages, libraries).
+_CHILD_OVERHEAD_BYTES = 1024 * 1024 * 1024
+_REMEMBERED_FILES = 1024
+_IDLE_SERVERS = 2
+PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+
+
+class ParquetReaderFailed(ValueError):
+    """The native reader died on the file, or took too long; the message says which."""
+
+
+class ParquetDecodeError(ValueError):
+    """The native reader refused the file; the message is the reader's own (may quote data)."""
+
+
+_checked: OrderedDict[tuple[int, int, int, int], None] = OrderedDict()
+_lock = threading.Lock()
+
+
+def check_parquet_file(path: Path, seconds: float = PROBE_SECONDS) -> None:
+    """Raise unless `path` may be read natively in this process (see module).
+
+    UnsafeParquet (EncryptedParquet) from the envelope; DatasetBoundsError for a footer that
+    claims more than the file holds or data past its budget; ParquetDecodeError for a file the
+    reader refuses; ParquetReaderFailed for a child that died or ran out of time.
+    """
+    stat = path.stat()
+    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _lock:
+        if identity in _checked:
+            _checked.move_to_end(identity)
+            return
+    check_parquet_envelope(path)
+    _probe(path, seconds)
+    with _lock:
+        _checked[identity] = None
+        while len(_checked) > _REMEMBERED_FILES:
+            _checked.popitem(last=False)
+
+
+def _probe(path: Path, seconds: float) -> None:
+    with _idle_lock:
+        server = _idle.pop() if _idle else None
+    if server is None or server.poll() is not None:
+        server = _start_server()
+    try:
+        verdict, message = _ask(server, str(path), seconds)
+    except BaseException:
+        _stop(server)
+        raise
+    with _idle_lock:
+        if len(_idle) < _IDLE_SERVERS:
+            _idle.append(server)
+            server = None
+    if server is not None:
+        _stop(server)
+    if verdict == "bounds":
+        raise DatasetBoundsError(message)
+    if verdict == "invalid":
+        raise ParquetDecodeError(message)
+    if verdict == "died":
+        raise ParquetReaderFailed(message)
+
+
+_idle: list[subprocess.Popen[bytes]] = []
+_idle_lock = threading.Lock()
+
+
+def _start_server() -> subprocess.Popen[bytes]:
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", __name__],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def _ask(server: subprocess.Popen[bytes], path: str, seconds: float) -> tuple[str, str]:
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write(json.dumps(path).encode() + b"\n")
+        server.stdin.flush()
+    except OSError:
+        raise ParquetReaderFailed("the Parquet reader could not be started") from None
+    ready, _, _ = select.select([server.stdout], [], [], seconds)
+    if not ready:
+        raise ParquetReaderFailed(f"reading it takes longer than {seconds:g} s")
+    line = server.stdout.readline()
+    if not line:
+        raise ParquetReaderFailed("the Parquet reader stopped on it")
+    verdict, message = json.loads(line)
+    return str(verdict), str(message)
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.kill()
+    server.wait()
+    for stream in (server.stdin, server.stdout):
+        if stream is not None:
+            stream.close()
+
+
+# The server and its children (this module run as a program).
+
+
+def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """Fork one child per requested path (a JSON line); answer [verdict, message] lines."""
+    for line in requests:
+        path = json.loads(line)
+        receive, send = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(receive)
+            try:
+                report = json.dumps(_read(path)).encode()
+            except BaseException as exc:  # whatever it is, it is the file's
+                report = json.dumps(["invalid", type(exc).__name__]).encode()
+            os.write(send, report)
+            os._exit(0)
+        os.close(send)
+        with os.fdopen(receive, "rb") as reader:
+            report = reader.read()
+        _, status = os.waitpid(pid, 0)
+        if not report:
+            code = os.waitstatus_to_exitcode(status)
+            how = f"signal {-code}" if code < 0 else f"exit {code}"
+            report = json.dumps(["died", f"the Parquet reader stopped on it ({how})"]).encode()
+        answers.write(report + b"\n")
+        answers.flush()
+
+
+def _read(path: str) -> tuple[str, str]:
+    """The child: read `path` as the service does; (ok | bounds | invalid, text)."""
+    _die_with_parent()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort leaves no core file behind
+    size = os.stat(path).st_size
+    budget = ReadBudget.for_file(size)
+    limit = budget.max_decoded_bytes + _CHILD_OVERHEAD_BYTES
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    try:
+        parquet = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
+        _ = parquet.schema_arrow
+        check_parquet_footer(parquet.metadata, size, budget)
+        for _batch in iter_parquet_batches(parquet, size, budget):
+            pass
+    except DatasetBoundsError as exc:
+        return "bounds", str(exc)
+    except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
+        return "invalid", f"{type(exc).__name__}: {exc}"
+    return "ok", ""
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the server is already gone
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)
