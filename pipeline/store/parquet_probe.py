@@ -10,7 +10,7 @@ it. So before a process reads a Parquet file it has not read before, `check_parq
 2. reads the whole file natively in a child process, as the service reads it: the footer's
    claims checked (`check_parquet_footer`), every row group decoded in bounded batches
    (`iter_parquet_batches`). The child reports the first refusal; a child that dies (a signal,
-   an abort) or outlives `PROBE_SECONDS` is the file's failure, not the caller's.
+   an abort) or outlives `probe_seconds` is the file's failure, not the caller's.
 
 Only then may the caller read the file itself. The children are forked by a small server
 process (`python -m pipeline.store.parquet_probe`, started at a process's first check, pyarrow
@@ -48,7 +48,9 @@ from pipeline.store.bounded_read import (
 )
 from pipeline.store.parquet_envelope import check_parquet_envelope
 
-PROBE_SECONDS = 60.0
+# A child may read for this long, or longer for a large file (`probe_seconds`).
+PROBE_MIN_SECONDS = 10.0
+PROBE_BYTES_PER_SECOND = 2 * 1024 * 1024
 # What a child's read may allocate beyond its decoded-bytes budget (buffers, pages, libraries).
 _CHILD_OVERHEAD_BYTES = 1024 * 1024 * 1024
 _REMEMBERED_FILES = 1024
@@ -69,7 +71,12 @@ _checked: OrderedDict[tuple[int, int, int, int], None] = OrderedDict()
 _lock = threading.Lock()
 
 
-def check_parquet_file(path: Path, seconds: float = PROBE_SECONDS) -> None:
+def probe_seconds(size_bytes: int) -> float:
+    """How long a child may take to read a file of `size_bytes`."""
+    return max(PROBE_MIN_SECONDS, size_bytes / PROBE_BYTES_PER_SECOND)
+
+
+def check_parquet_file(path: Path, seconds: float | None = None) -> None:
     """Raise unless `path` may be read natively in this process (see module).
 
     UnsafeParquet (EncryptedParquet) from the envelope; DatasetBoundsError for a footer that
@@ -83,7 +90,7 @@ def check_parquet_file(path: Path, seconds: float = PROBE_SECONDS) -> None:
             _checked.move_to_end(identity)
             return
     check_parquet_envelope(path)
-    _probe(path, seconds)
+    _probe(path, probe_seconds(stat.st_size) if seconds is None else seconds)
     with _lock:
         _checked[identity] = None
         while len(_checked) > _REMEMBERED_FILES:
@@ -200,7 +207,7 @@ def _read(path: str) -> tuple[str, str]:
     except DatasetBoundsError as exc:
         return "bounds", str(exc)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
-        return "invalid", f"{type(exc).__name__}: {exc}"
+        return "invalid", str(exc) or type(exc).__name__
     return "ok", ""
 
 
