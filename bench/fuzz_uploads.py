@@ -1,0 +1,234 @@
+"""Benchmark: thousands of mutated CSV and Parquet files uploaded; the server never goes down.
+
+    python bench/fuzz_uploads.py                  # 2,000 files, own server on a temp store
+    python bench/fuzz_uploads.py --files 300 --seed 7
+
+Starts `marketplace serve` on a temp embedded store (`bench/_server.py`) with a 1 MiB upload
+limit, then uploads to `POST /api/v1/benchmarks/upload/1` (the demo model):
+  baseline: every seed file unmutated (`bench/_mutations.py`: the vendored parquet-testing
+            files, scikit-learn's data sets as CSV and Parquet), one after another;
+  fuzz:     `--files` mutated files (seeded: the same files for the same `--seed`), four
+            fifths one after another, the rest `--concurrency` at once.
+Each answer is checked: the status is 201, 400, 413 or 422; a 201 carries the stored object, a
+refusal exactly `{"detail": "<text>"}`; it came within `DEADLINE_SECONDS`; after a refusal
+(one after another) neither an object nor a dataset version was added, and after the
+concurrent part the objects added are as many as its 201s; the server's process is the same
+one and answers /healthz; no upload temp folder is left. Anything else is a failure.
+
+Prints the counts per outcome, each failure (file number, seed, mutations, what was wrong), the
+seconds per upload of the baseline and the fuzz, and last `ratio:` = failures / files (goal 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._mutations import Mutant, mutants, seeds
+from bench._server import Server, embedded_server
+from bench.upload import create_key
+
+LIMIT_BYTES = 1024 * 1024
+DEADLINE_SECONDS = 30.0
+EXPECTED = {201, 400, 413, 422}
+URL = "/api/v1/benchmarks/upload/1"
+
+
+@dataclass
+class Report:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    files: int = 0
+    baseline: Report | None = None
+
+    def fail(self, item: Mutant, what: str) -> None:
+        self.failures.append(f"#{item.index} {item.seed} {'+'.join(item.mutations)}: {what}")
+
+
+def seed_files() -> list[Mutant]:
+    """The seeds themselves, unmutated, as the baseline's files (numbered below 0)."""
+    return [
+        Mutant(-1 - i, s.name, (), f"seed{i}.{s.kind}", s.data, s.target, s.inputs)
+        for i, s in enumerate(seeds())
+    ]
+
+
+class Target:
+    """The server under test: where to send, and what it has stored."""
+
+    def __init__(self, server: Server, key: str) -> None:
+        assert server.data_dir is not None and server.pid is not None
+        self.server = server
+        self.key = key
+        self.objects = server.data_dir / "objects"
+        self.tmp = server.data_dir / "tmp" / "uploads"
+        self.database = server.data_dir / "marketplace.db"
+
+    def stored(self) -> tuple[int, int]:
+        """(object files, dataset versions) in the store."""
+        files = (
+            sum(1 for p in self.objects.rglob("*") if p.is_file()) if self.objects.exists() else 0
+        )
+        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True, timeout=30) as db:
+            (versions,) = db.execute("select count(*) from dataset_versions").fetchone()
+        return files, int(versions)
+
+    def alive(self) -> bool:
+        """The server's own process is still there (not a zombie) and answers."""
+        try:
+            state = Path(f"/proc/{self.server.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state == "Z":
+            return False
+        try:
+            return httpx.get(f"{self.server.url}/healthz", timeout=10).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def send(self, client: httpx.Client, item: Mutant) -> tuple[int | None, object, float]:
+        """(status or None, JSON body or the error's text, seconds)."""
+        fields = {"target_column": item.target, "allow_pii": "false"}
+        if item.inputs:
+            fields["input_columns"] = ",".join(item.inputs)
+        started = time.perf_counter()
+        try:
+            response = client.post(
+                f"{self.server.url}{URL}",
+                headers={"Authorization": f"Bearer {self.key}"},
+                files={"file": (item.filename, item.data)},
+                data=fields,
+                timeout=httpx.Timeout(DEADLINE_SECONDS, connect=10),
+            )
+        except httpx.TimeoutException:
+            return None, "no answer within the deadline", time.perf_counter() - started
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        try:
+            body: object = response.json()
+        except ValueError:
+            body = response.text[:200]
+        return response.status_code, body, seconds
+
+
+def judge(report: Report, item: Mutant, status: int | None, body: object, seconds: float) -> bool:
+    """Record the outcome; False when the answer itself is a failure."""
+    report.files += 1
+    report.seconds.append(seconds)
+    if status is None:
+        report.outcomes["no answer"] += 1
+        report.fail(item, str(body))
+        return False
+    report.outcomes[str(status)] += 1
+    if status not in EXPECTED:
+        report.fail(item, f"status {status}: {body}")
+        return False
+    if seconds > DEADLINE_SECONDS:
+        report.fail(item, f"answered after {seconds:.1f} s")
+        return False
+    if status == 201:
+        if not (isinstance(body, dict) and str(body.get("s3_uri", "")).startswith("datasets/")):
+            report.fail(item, f"201 without the stored object: {body}")
+            return False
+        return True
+    if not (isinstance(body, dict) and set(body) == {"detail"} and isinstance(body["detail"], str)):
+        report.fail(item, f"{status} body is not {{'detail': text}}: {body}")
+        return False
+    if not body["detail"].strip():
+        report.fail(item, f"{status} with an empty detail")
+        return False
+    return True
+
+
+def one_after_another(target: Target, items: list[Mutant], report: Report) -> None:
+    with httpx.Client() as client:
+        for item in items:
+            before = target.stored()
+            status, body, seconds = target.send(client, item)
+            judge(report, item, status, body, seconds)
+            after = target.stored()
+            if status != 201 and after != before:
+                report.fail(item, f"stored after a refusal ({status}): {before} -> {after}")
+            if status is None and not target.alive():
+                report.fail(item, "the server is down")
+                return
+
+
+def at_once(target: Target, items: list[Mutant], report: Report, concurrency: int) -> None:
+    before = target.stored()
+    limits = httpx.Limits(max_connections=concurrency)
+    with httpx.Client(limits=limits) as client, ThreadPoolExecutor(concurrency) as pool:
+        answers = list(pool.map(lambda item: target.send(client, item), items))
+    accepted = 0
+    for item, (status, body, seconds) in zip(items, answers, strict=True):
+        judge(report, item, status, body, seconds)
+        accepted += status == 201
+    _, versions = target.stored()
+    if versions - before[1] != accepted:
+        report.failures.append(
+            f"concurrent part: {accepted} accepted but {versions - before[1]} versions stored"
+        )
+
+
+def run(target: Target, files: int, seed: int, concurrency: int, baseline: bool) -> Report:
+    """The whole check (see module): the baseline's report, then the fuzz's."""
+    base = Report()
+    if baseline:
+        one_after_another(target, seed_files(), base)
+    report = Report()
+    corpus = mutants(files, seed, LIMIT_BYTES)
+    sequential = corpus[: files - files // 5]
+    one_after_another(target, sequential, report)
+    at_once(target, corpus[len(sequential) :], report, concurrency)
+    if not target.alive():
+        report.failures.append("the server's process died or stopped answering")
+    leftovers = list(target.tmp.iterdir()) if target.tmp.exists() else []
+    if leftovers:
+        report.failures.append(f"{len(leftovers)} upload temp folder(s) left behind")
+    report.failures[:0] = [f"baseline {failure}" for failure in base.failures]
+    report.baseline = base
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=33)
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with embedded_server(extra_env={"UPLOAD_MAX_BYTES": str(LIMIT_BYTES)}) as server:
+        target = Target(server, create_key(server.url))
+        report = run(target, args.files, args.seed, args.concurrency, baseline=True)
+    for failure in report.failures:
+        print(f"failure: {failure}")
+    baseline = report.baseline or Report()
+    print(f"seeds: {baseline.files}")
+    for outcome, count in sorted(baseline.outcomes.items()):
+        print(f"baseline_outcome_{outcome}: {count}")
+    print(f"files: {report.files}")
+    for outcome, count in sorted(report.outcomes.items()):
+        print(f"outcome_{outcome.replace(' ', '_')}: {count}")
+    print(f"baseline_seconds_per_upload: {sum(baseline.seconds) / max(1, baseline.files):.3f}")
+    print(f"fuzz_seconds_per_upload: {sum(report.seconds) / max(1, len(report.seconds)):.3f}")
+    print(f"slowest_answer_seconds: {max(report.seconds, default=0):.2f}")
+    print(f"run_seconds: {time.perf_counter() - started:.0f}")
+    print(f"failures: {len(report.failures)}")
+    files = report.files + baseline.files
+    print(f"ratio: {len(report.failures) / max(1, files):.4f}")
+
+
+if __name__ == "__main__":
+    main()
