@@ -39,7 +39,6 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import pipeline
 from pipeline.store.bounded_read import (
     DatasetBoundsError,
     ReadBudget,
@@ -98,7 +97,11 @@ def check_parquet_file(path: Path, seconds: float | None = None) -> None:
 
 
 def _probe(path: Path, seconds: float) -> None:
+    global _owner
     with _idle_lock:
+        if _owner != os.getpid():  # a forked copy of this process: its parent's servers
+            _idle.clear()  # are not ours to use or stop
+            _owner = os.getpid()
         server = _idle.pop() if _idle else None
     if server is None or server.poll() is not None:
         server = _start_server()
@@ -123,10 +126,11 @@ def _probe(path: Path, seconds: float) -> None:
 
 _idle: list[subprocess.Popen[bytes]] = []
 _idle_lock = threading.Lock()
+_owner = os.getpid()
 
 
 def _start_server() -> subprocess.Popen[bytes]:
-    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # where the `pipeline` package lies
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen(
         [sys.executable, "-m", __name__],
