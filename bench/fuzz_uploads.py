@@ -16,7 +16,9 @@ concurrent part the objects added are as many as its 201s; the server's process 
 one and answers /healthz; no upload temp folder is left. Anything else is a failure.
 
 Prints the counts per outcome, each failure (file number, seed, mutations, what was wrong), the
-seconds per upload of the baseline and the fuzz, and last `ratio:` = failures / files (goal 0).
+seconds per upload of the baseline and the fuzz, what reading a Parquet file in a child first
+costs (a new 1,000,000-row file of the demo model's shape: the child's read against the upload
+profile's own, in process), and last `ratio:` = failures / files (goal 0).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +77,7 @@ class Target:
         self.objects = server.data_dir / "objects"
         self.tmp = server.data_dir / "tmp" / "uploads"
         self.database = server.data_dir / "marketplace.db"
+        self.down = False
 
     def stored(self) -> tuple[int, int]:
         """(object files, dataset versions) in the store."""
@@ -154,7 +158,13 @@ def judge(report: Report, item: Mutant, status: int | None, body: object, second
 
 def one_after_another(target: Target, items: list[Mutant], report: Report) -> None:
     with httpx.Client() as client:
-        for item in items:
+        for position, item in enumerate(items):
+            if target.down:  # every file left is a failure, not a file fewer
+                for left in items[position:]:
+                    report.files += 1
+                    report.outcomes["server down"] += 1
+                    report.fail(left, "not sent: the server is down")
+                return
             before = target.stored()
             status, body, seconds = target.send(client, item)
             judge(report, item, status, body, seconds)
@@ -163,10 +173,13 @@ def one_after_another(target: Target, items: list[Mutant], report: Report) -> No
                 report.fail(item, f"stored after a refusal ({status}): {before} -> {after}")
             if status is None and not target.alive():
                 report.fail(item, "the server is down")
-                return
+                target.down = True
 
 
 def at_once(target: Target, items: list[Mutant], report: Report, concurrency: int) -> None:
+    if target.down:
+        one_after_another(target, items, report)  # counts them as failures
+        return
     before = target.stored()
     limits = httpx.Limits(max_connections=concurrency)
     with httpx.Client(limits=limits) as client, ThreadPoolExecutor(concurrency) as pool:
@@ -202,6 +215,34 @@ def run(target: Target, files: int, seed: int, concurrency: int, baseline: bool)
     return report
 
 
+def probe_cost(tmp: Path, rows: int = 1_000_000) -> tuple[float, float, float]:
+    """(file MB, seconds of the child's read of a new Parquet file of the demo model's shape,
+    seconds of the upload's own profile of it, the child's verdict remembered), in process."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.upload import _chunk
+    from pipeline.intake.profiles import profile_parquet
+    from pipeline.store.parquet_probe import check_parquet_file
+
+    rng = np.random.default_rng(33)
+    path = tmp / "probe.parquet"
+    pq.write_table(pa.concat_tables(_chunk(rng, rows // 4) for _ in range(4)), path)
+    check_parquet_file(seed_path())  # the probe server started, as in a running service
+    started = time.perf_counter()
+    check_parquet_file(path)
+    probed = time.perf_counter()
+    profile_parquet(path, None)
+    return path.stat().st_size / 1e6, probed - started, time.perf_counter() - probed
+
+
+def seed_path() -> Path:
+    from bench._mutations import VENDOR
+
+    return VENDOR / "data" / "alltypes_plain.parquet"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=2000)
@@ -225,6 +266,11 @@ def main() -> None:
     print(f"fuzz_seconds_per_upload: {sum(report.seconds) / max(1, len(report.seconds)):.3f}")
     print(f"slowest_answer_seconds: {max(report.seconds, default=0):.2f}")
     print(f"run_seconds: {time.perf_counter() - started:.0f}")
+    with tempfile.TemporaryDirectory(prefix="mk-bench-fuzz-") as tmp:
+        size, probe, profile = probe_cost(Path(tmp))
+    print(f"probe_file_mb: {size:.1f}")
+    print(f"probe_seconds: {probe:.2f} (the child's read, before the upload reads it)")
+    print(f"profile_seconds: {profile:.2f} (the upload's own read, PII scan off)")
     print(f"failures: {len(report.failures)}")
     files = report.files + baseline.files
     print(f"ratio: {len(report.failures) / max(1, files):.4f}")
