@@ -140,15 +140,19 @@ def iter_parquet_batches(
     file_size: int,
     budget: ReadBudget,
     columns: Sequence[str] | None = None,
+    rows_per_batch: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Every row of the file in batches, row group by row group, within the budget.
+    """Every row of the file in batches (of `rows_per_batch` rows, or `batch_rows`'), row
+    group by row group, within the budget.
 
     Raises DatasetBoundsError when a row group holds a different number of rows than its
     footer entry claims, or the decoded bytes pass the budget. Call `check_parquet_footer`
     first: it refuses impossible claims without reading.
     """
     metadata = parquet.metadata
-    size = batch_rows(len(columns) if columns is not None else metadata.num_columns)
+    size = rows_per_batch or batch_rows(
+        len(columns) if columns is not None else metadata.num_columns
+    )
     decoded = 0
     for index in range(metadata.num_row_groups):
         claimed = metadata.row_group(index).num_rows
