@@ -72,7 +72,8 @@ def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
     """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
     if head.startswith(PARQUET_MAGIC):
         return PARQUET
-    if head.startswith(ENCRYPTED_FOOTER_MAGIC):
+    if head.startswith(ENCRYPTED_FOOTER_MAGIC) and _CONTROL_BYTES.search(head, 0, HEAD_BYTES):
+        # Binary after `PARE` (a CSV header may start "PARENT,..."): an encrypted footer's file.
         raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
     if not head.strip():
         raise InvalidInput("the file is empty; expected CSV or Parquet")

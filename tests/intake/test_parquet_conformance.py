@@ -98,6 +98,8 @@ def test_a_file_with_an_encrypted_footer_is_named_for_what_it_is() -> None:
     head = vendored(ENCRYPTED_FOOTER[0]).read_bytes()[:64]
     with pytest.raises(InvalidInput, match=r"^encrypted Parquet is not supported"):
         sniff_format(head, at_eof=False)
+    # Text that starts with the same four letters is still CSV.
+    assert sniff_format(b"PARENT_ID,score\n1,2\n", at_eof=True) == "csv"
 
 
 def test_a_native_abort_stops_a_child_not_the_caller(
