@@ -53,6 +53,7 @@ class Report:
     failures: list[str] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     files: int = 0
+    reader_deaths: int = 0
     baseline: Report | None = None
 
     def fail(self, item: Mutant, what: str) -> None:
@@ -153,6 +154,8 @@ def judge(report: Report, item: Mutant, status: int | None, body: object, second
     if not body["detail"].strip():
         report.fail(item, f"{status} with an empty detail")
         return False
+    if "Parquet reader stopped on it" in body["detail"]:
+        report.reader_deaths += 1  # a native abort or crash, taken by a child
     return True
 
 
@@ -262,6 +265,7 @@ def main() -> None:
     print(f"files: {report.files}")
     for outcome, count in sorted(report.outcomes.items()):
         print(f"outcome_{outcome.replace(' ', '_')}: {count}")
+    print(f"native_reader_deaths_in_children: {report.reader_deaths + baseline.reader_deaths}")
     print(f"baseline_seconds_per_upload: {sum(baseline.seconds) / max(1, baseline.files):.3f}")
     print(f"fuzz_seconds_per_upload: {sum(report.seconds) / max(1, len(report.seconds)):.3f}")
     print(f"slowest_answer_seconds: {max(report.seconds, default=0):.2f}")

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from cli.datafiles import RowFileError, read_rows
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.intake import profiles
 from pipeline.intake.profiles import profile_parquet, sniff_format
 from pipeline.store import parquet_envelope, parquet_probe
 from pipeline.store.parquet_probe import ParquetReaderFailed, check_parquet_file
@@ -78,7 +78,7 @@ def test_encryption_is_decided_before_pyarrow_reads_anything(
     def native(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the native reader was reached")
 
-    monkeypatch.setattr(profiles.pq, "ParquetFile", native)
+    monkeypatch.setattr(pq, "ParquetFile", native)
     monkeypatch.setattr(parquet_probe, "_probe", native)
     with pytest.raises(InvalidInput, match=r"^encrypted Parquet is not supported \(its "):
         profile_parquet(vendored(name), None)
