@@ -58,6 +58,7 @@ PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
 # The child keeps no batch: small ones are decoded faster in its fresh memory than large ones.
 _BATCH_ROWS = 64 * 1024
+_MESSAGE_CHARS = 2000
 
 
 class ParquetReaderFailed(ValueError):
@@ -202,8 +203,7 @@ def _read(path: str) -> tuple[str, str]:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort leaves no core file behind
     size = os.stat(path).st_size
     budget = ReadBudget.for_file(size)
-    limit = budget.max_decoded_bytes + _CHILD_OVERHEAD_BYTES
-    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    _limit_memory(budget.max_decoded_bytes + _CHILD_OVERHEAD_BYTES)
     try:
         parquet = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
         _ = parquet.schema_arrow
@@ -213,13 +213,21 @@ def _read(path: str) -> tuple[str, str]:
     except DatasetBoundsError as exc:
         return "bounds", str(exc)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
-        return "invalid", str(exc) or type(exc).__name__
+        return "invalid", (str(exc) or type(exc).__name__)[:_MESSAGE_CHARS]
     return "ok", ""
 
 
+def _limit_memory(limit: int) -> None:
+    """The child's data segment held to `limit` bytes (or the lower limit already set)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
 def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if sys.platform == "linux":  # elsewhere the server's own end closes the child's work
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # the server is already gone
         os._exit(1)
 

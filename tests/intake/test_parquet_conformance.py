@@ -9,6 +9,8 @@ under tests/vendor/parquet-testing (its README says from where).
 
 from __future__ import annotations
 
+import contextlib
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pipeline.intake.profiles import profile_parquet, sniff_format
 from pipeline.store import parquet_envelope, parquet_probe
 from pipeline.store.parquet_probe import ParquetReaderFailed, check_parquet_file
 from pipeline.store.reading import UnreadableDataset, read_dataset
+from pipeline.store.thrift_compact import Struct, ThriftError, decode_struct
 from tests.intake.test_uploads import assert_nothing_stored, upload
 
 VENDOR = Path(__file__).resolve().parents[1] / "vendor" / "parquet-testing"
@@ -181,3 +184,24 @@ def test_a_broken_file_is_refused_or_read_never_a_crash(name: str) -> None:
             read_dataset(vendored(name), "parquet")
     else:  # ARROW-GH-43605 was fixed in Arrow: it reads
         assert len(read_dataset(vendored(name), "parquet")) == profile.row_count
+
+
+def test_the_python_footer_decoder_only_ever_raises_its_own_error() -> None:
+    """Seeded garbage and mutated real footers: a Struct or a ThriftError, nothing else."""
+    rng = random.Random(33)
+    footer = vendored("data/alltypes_plain.parquet").read_bytes()
+    length = int.from_bytes(footer[-8:-4], "little")
+    real = footer[-8 - length : -8]
+    samples = [rng.randbytes(rng.randrange(1, 200)) for _ in range(1000)]
+    for _ in range(1000):
+        mutated = bytearray(real)
+        for _ in range(rng.randint(1, 8)):
+            mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+        samples.append(bytes(mutated))
+    for data in samples:
+        with contextlib.suppress(ThriftError):
+            assert isinstance(decode_struct(data), Struct)
+    with pytest.raises(ThriftError, match="nest too deep"):  # not a RecursionError
+        decode_struct(b"\x1c" * 100_000)  # a struct in a struct in a struct ...
+    with pytest.raises(ThriftError, match="more items than"):  # not a huge allocation
+        decode_struct(b"\x19\xfc\xff\xff\xff\xff\x0f")  # a list of 2^32 structs
