@@ -14,11 +14,11 @@ it. So before a process reads a Parquet file it has not read before, `check_parq
 
 Only then may the caller read the file itself. The children are forked by a small server
 process (`python -m pipeline.store.parquet_probe`, started at a process's first check, pyarrow
-already imported; one per concurrent check, kept for the next): a fork of the caller itself
-would copy the locks of its other threads, and a new interpreter per file costs a third of a
-second. A child dies with its server (`PR_SET_PDEATHSIG`), a server when its caller closes its
-input. A file that passed is remembered by its identity (device, inode, size, modification
-time) for the life of the process, so the pipeline reading it again does not check it again.
+already imported; one per concurrent check, at most four, two kept for the next): a fork of the
+caller itself would copy the locks of its other threads, and a new interpreter per file costs a
+third of a second. A child dies with its server (`PR_SET_PDEATHSIG`), a server when its caller
+closes its input. A file that passed is remembered by its identity (device, inode, size,
+modification time) for the life of the process: the pipeline reading it again pays nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ PROBE_BYTES_PER_SECOND = 2 * 1024 * 1024
 _CHILD_OVERHEAD_BYTES = 1024 * 1024 * 1024
 _REMEMBERED_FILES = 1024
 _IDLE_SERVERS = 2
+# A server holds an interpreter with pyarrow (about 80 MB): a burst of uploads waits for one.
+_MAX_SERVERS = 4
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
 # The child keeps no batch: small ones are decoded faster in its fresh memory than large ones.
@@ -100,6 +102,11 @@ def check_parquet_file(path: Path, seconds: float | None = None) -> None:
 
 
 def _probe(path: Path, seconds: float) -> None:
+    with _servers:  # at most `_MAX_SERVERS` at once; more checks wait for one
+        _probe_with_a_server(path, seconds)
+
+
+def _probe_with_a_server(path: Path, seconds: float) -> None:
     global _owner
     with _idle_lock:
         if _owner != os.getpid():  # a forked copy of this process: its parent's servers
@@ -128,6 +135,7 @@ def _probe(path: Path, seconds: float) -> None:
 
 
 _idle: list[subprocess.Popen[bytes]] = []
+_servers = threading.BoundedSemaphore(_MAX_SERVERS)
 _idle_lock = threading.Lock()
 _owner = os.getpid()
 
