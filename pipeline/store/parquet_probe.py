@@ -102,18 +102,23 @@ def check_parquet_file(path: Path, seconds: float | None = None) -> None:
 
 
 def _probe(path: Path, seconds: float) -> None:
+    global _owner, _servers, _idle_lock
+    if _owner != os.getpid():  # a forked copy of this process (one thread): its parent's
+        _owner = os.getpid()  # servers are not ours to use or stop, its locks not ours to wait
+        _idle.clear()
+        _servers = threading.BoundedSemaphore(_MAX_SERVERS)
+        _idle_lock = threading.Lock()
     with _servers:  # at most `_MAX_SERVERS` at once; more checks wait for one
         _probe_with_a_server(path, seconds)
 
 
 def _probe_with_a_server(path: Path, seconds: float) -> None:
-    global _owner
     with _idle_lock:
-        if _owner != os.getpid():  # a forked copy of this process: its parent's servers
-            _idle.clear()  # are not ours to use or stop
-            _owner = os.getpid()
         server = _idle.pop() if _idle else None
-    if server is None or server.poll() is not None:
+    if server is not None and server.poll() is not None:  # it died while idle
+        _stop(server)
+        server = None
+    if server is None:
         server = _start_server()
     try:
         verdict, message = _ask(server, str(path), seconds)
