@@ -54,7 +54,7 @@ PROBE_BYTES_PER_SECOND = 2 * 1024 * 1024
 _CHILD_OVERHEAD_BYTES = 1024 * 1024 * 1024
 _REMEMBERED_FILES = 1024
 _IDLE_SERVERS = 2
-# A server holds an interpreter with pyarrow (about 80 MB): a burst of uploads waits for one.
+# A server holds an interpreter with pyarrow (about 70 MB RSS): a burst of uploads waits for one.
 _MAX_SERVERS = 4
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
