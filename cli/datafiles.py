@@ -224,8 +224,20 @@ def _parquet_rows(path: Path, schema: dict[str, Any]) -> tuple[list[dict[str, An
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from pipeline.store.parquet_envelope import (
+        EncryptedParquet,
+        UnsafeParquet,
+        check_parquet_envelope,
+    )
+
     try:
+        # In Python first: pyarrow aborts the process on some files (encrypted columns).
+        check_parquet_envelope(path)
         table = pq.read_table(path)
+    except EncryptedParquet as exc:
+        raise RowFileError(f"{path.name}: {exc}") from None
+    except UnsafeParquet as exc:
+        raise RowFileError(f"{path.name}: not a valid Parquet file ({exc})") from None
     except (pa.ArrowException, OSError) as exc:
         raise RowFileError(f"{path.name}: not a valid Parquet file ({exc})") from None
     properties = schema.get("properties", {})

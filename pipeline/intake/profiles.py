@@ -3,10 +3,11 @@
 The format is decided by content: Parquet starts and ends with the magic `PAR1`; anything else
 must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is read block by block (from a
 stream, which may still be growing: `pipeline.intake.receiving`); a Parquet file row group by row
-group once complete, its footer's claims checked rather than trusted
-(`pipeline.store.bounded_read`). Only what the rules need is kept in memory: the row count, which
-columns hold a value, and the PII scan's candidates: every value of every text column meets the
-PII pre-filter as its batch is read (`pipeline.checks.pii_scan`), Presidio confirms later.
+group once complete and once a child process has read it whole (`pipeline.store.parquet_probe`),
+its footer's claims checked rather than trusted (`pipeline.store.bounded_read`). Only what the
+rules need is kept in memory: the row count, which columns hold a value, and the PII scan's
+candidates: every value of every text column meets the PII pre-filter as its batch is read
+(`pipeline.checks.pii_scan`), Presidio confirms later.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.text import has_control_characters
 from pipeline.intake.late_text import LateText, scan_before_turns
+from pipeline.intake.parquet_refusals import check_natively_readable, parquet_reason
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -41,12 +43,13 @@ from pipeline.store.bounded_read import (
 )
 from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
+from pipeline.store.parquet_envelope import ENCRYPTED, ENCRYPTED_FOOTER_MAGIC
+from pipeline.store.parquet_probe import PARQUET_BUFFER_BYTES
 
 # The format is decided on the first bytes: at least this many (or the whole file) ...
 HEAD_BYTES = 64 * 1024
 # ... and for CSV up to a complete header line, which may not be longer than this.
 MAX_HEAD_BYTES = 1024 * 1024
-PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # How pyarrow's CSV reader says a value does not fit the column's type.
@@ -61,6 +64,9 @@ def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
     """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
     if head.startswith(PARQUET_MAGIC):
         return PARQUET
+    if head.startswith(ENCRYPTED_FOOTER_MAGIC) and _CONTROL_BYTES.search(head, 0, HEAD_BYTES):
+        # Binary after `PARE` (a CSV header may start "PARENT,..."): an encrypted footer's file.
+        raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
     if not head.strip():
         raise InvalidInput("the file is empty; expected CSV or Parquet")
     text = head[3:] if head.startswith(codecs.BOM_UTF8) else head
@@ -338,6 +344,10 @@ def profile_parquet(
 ) -> DatasetProfile:
     """Profile a complete Parquet file without trusting its footer (`pipeline.store.bounded_read`).
 
+    Encryption is refused (400) before pyarrow sees the file, and the file is read natively
+    here only once a child process has read it whole and survived; a child that died or ran
+    out of time is Unprocessable (422) (`pipeline.store.parquet_probe`).
+
     The footer's claims are checked against the file first (then `on_checked(columns)` is
     called: another reader may start); then every row group is read in
     bounded batches, so the row count is what the row groups really hold and emptiness is
@@ -349,14 +359,17 @@ def profile_parquet(
     with path.open("rb") as fh:
         fh.seek(max(0, size - len(PARQUET_MAGIC)))
         tail = fh.read()
+    if tail == ENCRYPTED_FOOTER_MAGIC:
+        raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
     if size < 12 or tail != PARQUET_MAGIC:
         raise InvalidInput("not a valid Parquet file: it does not end with the Parquet magic")
+    check_natively_readable(path)
     try:
         parquet = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
         schema = parquet.schema_arrow
         metadata = parquet.metadata
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
+        raise InvalidInput(f"not a valid Parquet file: {parquet_reason(exc)}") from None
     columns = list(schema.names)
     text_columns = [f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type)]
     builder = _ProfileBuilder(columns, text_columns, pii)
@@ -372,31 +385,8 @@ def profile_parquet(
     except DatasetBoundsError as exc:
         raise Unprocessable(f"not a trustworthy Parquet file: {exc}") from None
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
+        raise InvalidInput(f"not a valid Parquet file: {parquet_reason(exc)}") from None
     return builder.profile(PARQUET, rows=rows)
-
-
-# What pyarrow's message says went wrong, in words of ours: its messages can quote a cell
-# ("Integer value 18446744073709551615 not in range") or a path, and a refusal never does.
-_PARQUET_REASONS = (
-    (re.compile(r"thrift", re.I), "its metadata cannot be decoded"),
-    (re.compile(r"magic", re.I), "it lacks the Parquet magic bytes"),
-    (re.compile(r"reported by footer", re.I), "its footer claims more bytes than it holds"),
-    (re.compile(r"compress", re.I), "a compressed page is corrupt"),
-    (re.compile(r"end of (stream|file)|EOF|truncat|no more data", re.I), "it is truncated"),
-    (
-        re.compile(r"no kernel|not implemented|unsupported", re.I),
-        "it holds a type or encoding this service cannot read",
-    ),
-)
-
-
-def _parquet_reason(exc: Exception) -> str:
-    message = str(exc)
-    for pattern, reason in _PARQUET_REASONS:
-        if pattern.search(message):
-            return reason
-    return "its data cannot be decoded"
 
 
 def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:

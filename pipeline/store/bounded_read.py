@@ -7,7 +7,8 @@ claiming 10^12 rows makes `pyarrow.parquet.read_table` allocate terabytes). Here
 
 - `check_parquet_footer` compares the claims with the file before any data page is read: every
   column chunk lies between the leading magic and the footer, the chunks' compressed sizes add
-  up to at most the data the file holds, the file's row count is the sum of its row groups',
+  up to at most the data the file holds, the file's row count is the sum of its row groups'
+  (or 0: not recorded),
   and the rows and uncompressed bytes claimed fit the read budget (one bit per cell is the least
   any decoded column takes, so more rows than `8 * budget / columns` cannot be read within it).
 - `iter_parquet_batches` reads row group by row group in batches of about `BATCH_BYTES`
@@ -95,9 +96,7 @@ def check_parquet_footer(metadata: pq.FileMetaData, file_size: int, budget: Read
         claimed_bytes += group.total_byte_size
         for column in range(group.num_columns):
             chunk = group.column(column)
-            start = chunk.data_page_offset
-            if chunk.has_dictionary_page and chunk.dictionary_page_offset:
-                start = min(start, chunk.dictionary_page_offset)
+            start = _chunk_start(chunk)
             size = chunk.total_compressed_size
             if start < PARQUET_MAGIC_BYTES or size < 0 or start + size > data_end:
                 raise DatasetBoundsError(
@@ -110,7 +109,8 @@ def check_parquet_footer(metadata: pq.FileMetaData, file_size: int, budget: Read
         raise DatasetBoundsError(
             f"the footer claims {compressed:,} bytes of column data; the file holds {data_end:,}"
         )
-    if metadata.num_rows != claimed_rows:
+    # A file-level count of 0 is one the writer did not record (some writers leave it so).
+    if metadata.num_rows not in (0, claimed_rows):
         raise DatasetBoundsError(
             f"the footer claims {metadata.num_rows:,} rows; its row groups claim {claimed_rows:,}"
         )
@@ -124,20 +124,35 @@ def check_parquet_footer(metadata: pq.FileMetaData, file_size: int, budget: Read
         )
 
 
+def _chunk_start(chunk: pq.ColumnChunkMetaData) -> int:
+    """Where a column chunk's first page lies: its dictionary page, if it has one, else its
+    first data page. A chunk of no values may have no data page: its offset is then 0."""
+    offsets: list[int] = []
+    if chunk.data_page_offset or chunk.num_values:
+        offsets.append(chunk.data_page_offset)
+    if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+        offsets.append(chunk.dictionary_page_offset)
+    return min(offsets, default=int(chunk.data_page_offset))
+
+
 def iter_parquet_batches(
     parquet: pq.ParquetFile,
     file_size: int,
     budget: ReadBudget,
     columns: Sequence[str] | None = None,
+    rows_per_batch: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Every row of the file in batches, row group by row group, within the budget.
+    """Every row of the file in batches (of `rows_per_batch` rows, or `batch_rows`'), row
+    group by row group, within the budget.
 
     Raises DatasetBoundsError when a row group holds a different number of rows than its
     footer entry claims, or the decoded bytes pass the budget. Call `check_parquet_footer`
     first: it refuses impossible claims without reading.
     """
     metadata = parquet.metadata
-    size = batch_rows(len(columns) if columns is not None else metadata.num_columns)
+    size = rows_per_batch or batch_rows(
+        len(columns) if columns is not None else metadata.num_columns
+    )
     decoded = 0
     for index in range(metadata.num_row_groups):
         claimed = metadata.row_group(index).num_rows

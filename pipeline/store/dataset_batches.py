@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline.store.parquet_probe import check_parquet_file
 from pipeline.store.reading import read_dataset
 
 CSV_BLOCK_BYTES = 256 * 1024
@@ -63,6 +64,7 @@ def csv_batches(open_stream: Callable[[], ByteStream], columns: Sequence[str]) -
 
 
 def _parquet_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    check_parquet_file(path)  # a child process reads it first (`parquet_probe`)
     parquet = pq.ParquetFile(path)
     wanted = [c for c in columns if c in parquet.schema_arrow.names]
     yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)

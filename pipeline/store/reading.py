@@ -4,6 +4,9 @@
 before any check runs. CSV and Parquet are read within a memory budget derived from the file's
 size, and a Parquet footer that claims more rows or bytes than the file holds makes the file
 unreadable (`pipeline.store.bounded_read`), so a hostile file fails instead of exhausting memory.
+A Parquet file is read here only after a child process has read it whole and survived
+(`pipeline.store.parquet_probe`), so a file that stops the native reader fails the read, not
+the process.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pyarrow import json as pa_json
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
 from pipeline.store.formats import EXTENSIONS
 from pipeline.store.json_columns import json_columns
+from pipeline.store.parquet_envelope import EncryptedParquet
+from pipeline.store.parquet_probe import ParquetReaderFailed, check_parquet_file
 
 
 class UnreadableDataset(ValueError):
@@ -51,9 +56,11 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
         frame = table.to_pandas()
         frame.attrs[JSON_COLUMNS_ATTR] = sorted(json_columns(table.schema))
         return frame
-    except DatasetBoundsError as exc:
+    except (DatasetBoundsError, ParquetReaderFailed) as exc:
         # Its message names counts and sizes only, so it is kept whole.
         raise UnreadableDataset(f"not a trustworthy {kind.upper()} file: {exc}") from None
+    except EncryptedParquet as exc:
+        raise UnreadableDataset(str(exc)) from None
     except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
         raise UnreadableDataset(f"not a valid {kind.upper()} file ({_reason(exc)})") from None
 
@@ -66,6 +73,8 @@ def _read_csv(path: Path) -> pa.Table:
 
 
 def _read_parquet(path: Path) -> pa.Table:
+    # Read natively here only once a child process has read it whole and survived.
+    check_parquet_file(path)
     return read_parquet_table(path)
 
 

@@ -14,103 +14,33 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
+from pipeline.store.thrift_compact import (
+    BINARY,
+    BYTE,
+    DOUBLE,
+    FALSE,
+    I16,
+    I32,
+    I64,
+    LIST,
+    SET,
+    STOP,
+    STRUCT,
+    TRUE,
+    Struct,
+    decode_struct,
+)
 
 FILE_NUM_ROWS, FILE_ROW_GROUPS = 3, 4
 RG_COLUMNS, RG_TOTAL_BYTE_SIZE, RG_NUM_ROWS = 1, 2, 3
 CHUNK_META = 3
 META_NUM_VALUES, META_UNCOMPRESSED, META_COMPRESSED, META_DATA_PAGE_OFFSET = 5, 6, 7, 9
-
-
-@dataclass
-class Struct:
-    """A decoded Thrift struct: field id → (compact type, value), in wire order."""
-
-    fields: dict[int, tuple[int, Any]] = field(default_factory=dict)
-
-    def get(self, fid: int) -> Any:
-        return self.fields[fid][1]
-
-    def set(self, fid: int, value: Any) -> None:
-        kind, _ = self.fields[fid]
-        self.fields[fid] = (kind, value)
-
-
-@dataclass
-class ListValue:
-    elem_type: int
-    items: list[Any]
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def byte(self) -> int:
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
-
-    def varint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.byte()
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def value(self, kind: int) -> Any:
-        if kind in (TRUE, FALSE):
-            return kind == TRUE
-        if kind == BYTE:
-            return self.byte()
-        if kind in (I16, I32, I64):
-            return self.zigzag()
-        if kind == DOUBLE:
-            (number,) = struct.unpack("<d", self.data[self.pos : self.pos + 8])
-            self.pos += 8
-            return number
-        if kind == BINARY:
-            size = self.varint()
-            raw = self.data[self.pos : self.pos + size]
-            self.pos += size
-            return raw
-        if kind in (LIST, SET):
-            header = self.byte()
-            size, elem = header >> 4, header & 0x0F
-            if size == 15:
-                size = self.varint()
-            if elem in (TRUE, FALSE):
-                return ListValue(elem, [self.byte() == 1 for _ in range(size)])
-            return ListValue(elem, [self.value(elem) for _ in range(size)])
-        if kind == STRUCT:
-            return self.struct()
-        raise ValueError(f"unsupported compact type {kind}")
-
-    def struct(self) -> Struct:
-        result = Struct()
-        last = 0
-        while True:
-            header = self.byte()
-            if header == STOP:
-                return result
-            delta, kind = header >> 4, header & 0x0F
-            fid = last + delta if delta else self.zigzag()
-            last = fid
-            result.fields[fid] = (kind, self.value(kind))
 
 
 class _Writer:
@@ -177,7 +107,7 @@ def split_footer(data: bytes) -> tuple[bytes, Struct]:
     """The bytes before the footer, and the decoded FileMetaData."""
     (length,) = struct.unpack("<I", data[-8:-4])
     start = len(data) - 8 - length
-    return data[:start], _Reader(data[start : len(data) - 8]).struct()
+    return data[:start], decode_struct(data[start : len(data) - 8])
 
 
 def join_footer(body: bytes, metadata: Struct) -> bytes:
