@@ -203,13 +203,13 @@ class PiiScanner:
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name`: a text or dictionary-of-text array, nested or
-        binary values (their text leaves: `pii_nested`), or numbers (of a column
-        `holds_contact_numbers` names), whose long ones are scanned as text."""
+        binary values (their text leaves and contact-number leaves: `pii_nested`), or numbers
+        (of a column `holds_contact_numbers` names), whose long ones are scanned as text."""
         started = time.perf_counter()
         if is_number_type(column.type):
             column = long_numbers(column)
-        elif holds_nested_text(column.type):
-            column = nested_text(column)
+        elif holds_nested_text(column.type, name):
+            column = nested_text(column, name)
         elif not is_text_type(column.type):  # a "phone" column of booleans or dates
             return
         self.scanned += len(column) - column.null_count
@@ -352,7 +352,7 @@ def scanned_type(name: str, kind: pa.DataType) -> bool:
     """Whether a column of this name and type is scanned: text, or contact numbers."""
     return (
         is_text_type(kind)
-        or holds_nested_text(kind)
+        or holds_nested_text(kind, name)
         or (is_number_type(kind) and holds_contact_numbers(name))
     )
 

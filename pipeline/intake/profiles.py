@@ -358,7 +358,9 @@ def profile_parquet(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"not a valid Parquet file: {_parquet_reason(exc)}") from None
     columns = list(schema.names)
-    text_columns = [f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type)]
+    text_columns = [
+        f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type, f.name)
+    ]
     builder = _ProfileBuilder(columns, text_columns, pii)
     budget = ReadBudget.for_file(size)
     rows = 0
