@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -39,6 +40,7 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
+from pipeline.store.csv_text import MalformedCsv, check_csv_file
 from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 
@@ -71,9 +73,31 @@ def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
         decoded = decoder.decode(text, final=at_eof)
     except UnicodeDecodeError:
         raise InvalidInput("the file is neither Parquet nor UTF-8 CSV text") from None
-    if decoded.lstrip()[:1] in ("{", "["):
+    if _looks_like_json(decoded, at_eof=at_eof):
         raise InvalidInput("the file looks like JSON; expected CSV or Parquet")
     return CSV
+
+
+# A JSON document cut by the end of the head fails this close to it (a number, a literal or a
+# key cut short), or inside a string never closed.
+_JSON_CUT_CHARS = 64
+
+
+def _looks_like_json(text: str, *, at_eof: bool) -> bool:
+    """Whether the head is JSON (an array, an object, or one object a line), not a CSV whose
+    first column name starts with "[" or "{" (`[id]`): its first value must parse as JSON
+    and end its line; a head that is not the whole file may cut that value short."""
+    text = text.lstrip()
+    if text[:1] not in ("{", "["):
+        return False
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as exc:
+        if at_eof:
+            return False
+        return exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - _JSON_CUT_CHARS
+    rest = text[end:].lstrip(" \t")
+    return rest[:1] in ("", "\n", "\r")
 
 
 # Profiles: what the rules need to know about a file.
@@ -173,11 +197,13 @@ class CsvHead:
     columns: list[str]
     text_columns: set[str]
     other_types: dict[str, pa.DataType] = field(default_factory=dict)
+    header_bytes: int = 0  # the header line's length, its line end included
 
 
 def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
-    """Column names and inferred text columns from the first bytes (complete lines only)."""
-    data = head if at_eof else head[: head.rfind(b"\n") + 1]
+    """Column names and inferred text columns from the first bytes (complete lines only;
+    lines end with "\n", "\r\n" or a bare "\r")."""
+    data = head if at_eof else head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
     if not data.strip():
         raise InvalidInput(f"the CSV header line is longer than {MAX_HEAD_BYTES} bytes")
     options = pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1)
@@ -191,7 +217,7 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as first_error:
         # A cut inside a quoted multi-line value can spoil the sample: fall back to the header.
-        header = data[: data.find(b"\n") + 1] or data
+        header = data[: _header_bytes(data)]
         try:
             table = pacsv.read_csv(
                 io.BytesIO(header),
@@ -209,14 +235,26 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
     columns = list(table.column_names)
     check_column_names(columns)
     others = {f.name: f.type for f in table.schema if f.name not in text}
-    return CsvHead(columns=columns, text_columns=text, other_types=others)
+    return CsvHead(columns, text, others, header_bytes=_header_bytes(data))
+
+
+def _header_bytes(data: bytes) -> int:
+    """The first line's length with its line end ("\n", "\r\n" or "\r"); the whole of `data`
+    when it holds none. (A name holding a line end is refused: `check_column_names`.)"""
+    ends = [at for at in (data.find(b"\n"), data.find(b"\r")) if at >= 0]
+    if not ends:
+        return len(data)
+    end = min(ends) + 1
+    return end + 1 if data[end - 1 : end + 1] == b"\r\n" else end
 
 
 def check_column_names(columns: list[str]) -> None:
     """Unprocessable (422) for a name given twice or holding a control character (NUL breaks
     PostgreSQL text, the others logs and column matching, as in form fields). Linear: a header
     may hold tens of thousands of names."""
-    controls = [name for name in columns if has_control_characters(name)]
+    # Printable text holds no control character: one C-speed pass over the names first.
+    printable = "".join(columns).isprintable()
+    controls = [] if printable else [name for name in columns if has_control_characters(name)]
     if controls:
         raise Unprocessable(
             f"column names must not contain control characters: {_listed(controls)}"
@@ -410,4 +448,8 @@ def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:
     if file_format == PARQUET:
         return profile_parquet(path, pii)
     csv_head = read_csv_head(head, at_eof=at_eof)
+    try:
+        check_csv_file(path)  # what the upload checks as its bytes arrive
+    except MalformedCsv as exc:
+        raise InvalidInput(str(exc)) from None
     return profile_csv(lambda: path.open("rb"), csv_head, pii)

@@ -98,8 +98,9 @@ class CsvSource:
                 convert_options=pacsv.ConvertOptions(strings_can_be_null=True),
             ).schema
         self.header = list(head.names)
+        fields = {f.name: f for f in head}  # a set lookup: a header may hold 50,000 names
         self.types: dict[str, pa.DataType] = {
-            name: self._type(head.field(name).type) for name in columns if name in self.header
+            name: self._type(fields[name].type) for name in columns if name in fields
         }
 
     def _type(self, kind: pa.DataType) -> pa.DataType:

@@ -1,7 +1,9 @@
 """Dataset files read whole into a DataFrame: CSV, Parquet, a JSON array or JSON lines.
 
 "Valid CSV/JSON/Parquet" (spec §8) is decided here: `read_dataset` raises UnreadableDataset
-before any check runs. CSV and Parquet are read within a memory budget derived from the file's
+before any check runs. A CSV's bytes first meet the upload's text check (control bytes, quotes
+outside RFC 4180: `pipeline.store.csv_text`), so a file the upload refuses is unreadable here
+too. CSV and Parquet are read within a memory budget derived from the file's
 size, and a Parquet footer that claims more rows or bytes than the file holds makes the file
 unreadable (`pipeline.store.bounded_read`), so a hostile file fails instead of exhausting memory.
 """
@@ -16,6 +18,7 @@ import pyarrow as pa
 from pyarrow import json as pa_json
 
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
+from pipeline.store.csv_text import MalformedCsv, check_csv_file
 from pipeline.store.formats import EXTENSIONS
 
 
@@ -43,8 +46,10 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
     try:
         table = _READERS[kind](source)
         return table.to_pandas()
-    except DatasetBoundsError as exc:
-        # Its message names counts and sizes only, so it is kept whole.
+    except (DatasetBoundsError, MalformedCsv) as exc:
+        # Its message names counts, sizes and lines only, so it is kept whole.
+        if isinstance(exc, MalformedCsv):
+            raise UnreadableDataset(str(exc)) from None
         raise UnreadableDataset(f"not a trustworthy {kind.upper()} file: {exc}") from None
     except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
         raise UnreadableDataset(f"not a valid {kind.upper()} file ({_reason(exc)})") from None
@@ -54,6 +59,7 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
 
 
 def _read_csv(path: Path) -> pa.Table:
+    check_csv_file(path)
     return read_csv_table(path)
 
 
