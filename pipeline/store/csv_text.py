@@ -44,6 +44,18 @@ _BOUNDARY[[ord(","), _LINE_FEED, _CARRIAGE_RETURN]] = True
 
 CHECK_CHUNK_BYTES = 1024 * 1024  # what `check_csv_file` reads at a time
 
+# True, False, True, ...: whether the i-th quote of a chunk is outside a quoted value when the
+# chunk starts outside one (sliced from 1 when it starts inside); longer chunks compute theirs.
+_ALTERNATING = np.arange(2 * CHECK_CHUNK_BYTES + 1) % 2 == 0
+
+
+def _outside(inside: int, count: int) -> np.ndarray:
+    if inside + count <= _ALTERNATING.size:
+        alternating: np.ndarray = _ALTERNATING[inside : inside + count]
+    else:
+        alternating = (np.arange(inside, inside + count) % 2) == 0
+    return alternating
+
 
 class MalformedCsv(ValueError):
     """The bytes are not CSV text the readers agree on; the message never quotes them."""
@@ -73,8 +85,9 @@ class CsvTextCheck:
         if self._pending or b'"' in data:  # a byte search: free where there is no quote
             self._check_quotes(raw)
         self._last = int(raw[-1])
+        if not self._line_feeds:  # lines are counted by "\r" only in a file without "\n"
+            self._carriage_returns += int(np.count_nonzero(raw == _CARRIAGE_RETURN))
         self._line_feeds += int(np.count_nonzero(raw == _LINE_FEED))
-        self._carriage_returns += int(np.count_nonzero(raw == _CARRIAGE_RETURN))
         self._offset += len(raw)
 
     def finish(self) -> None:
@@ -118,22 +131,22 @@ class CsvTextCheck:
 
     def _all_quoted(self, raw: np.ndarray, quotes: np.ndarray) -> bool:
         """Whether the chunk is right if every quote in it belongs to a quoted value: then the
-        quotes alternate between opening (even count before) and inside a value; a run of
-        quotes that starts outside a value follows a boundary, one that ends outside a value
+        quotes alternate between outside a value (an even count before) and inside one; a run
+        of quotes that starts outside a value follows a boundary, one that ends outside a value
         is followed by one (the chunk's last byte is decided by the next chunk)."""
         if quotes[0] == 0 and self._last == QUOTE and not (self._inside or self._pending):
             return False  # the last chunk ended in a quote inside an unquoted field
-        outside_before = ((int(self._inside) + np.arange(quotes.size)) & 1) == 0
-        before = np.empty(quotes.size, dtype=np.int16)
-        before[1:] = raw[quotes[1:] - 1]
-        before[0] = raw[quotes[0] - 1] if quotes[0] > 0 else self._last
-        opens = outside_before & (before != QUOTE)
-        field_start = (before < 0) | _BOUNDARY[np.maximum(before, 0)]
-        if (opens & ~field_start).any():
+        count = quotes.size
+        outside = _outside(int(self._inside), count)
+        before = raw[quotes - 1]  # quotes[0] - 1 may be -1 (the last byte): set below
+        if quotes[0] == 0:
+            before[0] = ord(",") if self._last < 0 else self._last  # none: a field starts
+        opens = outside & (before != QUOTE)
+        if (opens & ~_BOUNDARY[before]).any():
             return False
-        inner = quotes[quotes < raw.size - 1]
-        after = raw[inner + 1]
-        closes = ~outside_before[: inner.size] & (after != QUOTE)
+        inner = count - 1 if quotes[-1] == raw.size - 1 else count
+        after = raw[quotes[:inner] + 1]
+        closes = ~outside[:inner] & (after != QUOTE)
         return not (closes & ~_BOUNDARY[after]).any()
 
     def _walk(self, raw: np.ndarray, quotes: np.ndarray) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,19 @@ from pipeline.intake.profiles import HEAD_BYTES, MAX_HEAD_BYTES, profile_path
 from pipeline.store.dataset_batches import CsvSource
 from pipeline.store.reading import UnreadableDataset, read_dataset
 from tests.intake.test_uploads import (
+    OWNER,
     SECRET_EMAIL,
     assert_nothing_stored,
     csv_bytes,
-    key_headers,  # noqa: F401 (a fixture)
     table,
     upload,
 )
+
+
+@pytest.fixture
+def key_headers(platform_key: Callable[..., str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {platform_key(OWNER, scopes=['benchmarks:write'])}"}
+
 
 QUOTE_FAULT = "a quoted value is followed by other text before the next comma or line end"
 
@@ -118,8 +125,7 @@ def test_a_control_byte_past_the_first_64_kib_is_400_like_one_in_the_head(
     detail = refused_everywhere(client, key_headers, db, settings, data)
 
     assert detail == (
-        "the file is neither CSV nor Parquet (binary content: byte "
-        f"0x{byte[0]:02x} on line 6001)"
+        f"the file is neither CSV nor Parquet (binary content: byte 0x{byte[0]:02x} on line 6001)"
     )
     head_detail = upload(client, key_headers, in_the_head).json()["detail"]
     assert head_detail.startswith("the file is neither CSV nor Parquet (binary content")
@@ -164,7 +170,9 @@ def test_a_first_column_named_in_brackets_is_csv_not_json(
     client, key_headers, settings, rows
 ) -> None:
     churn = table(rows)
-    source = pa.table({"[id]": list(range(rows)), **dict(zip(churn.column_names, churn.columns))})
+    source = pa.table(
+        {"[id]": list(range(rows)), **dict(zip(churn.column_names, churn.columns, strict=True))}
+    )
 
     stored = stored_rows(settings, upload(client, key_headers, csv_bytes(source)))
 
