@@ -14,7 +14,7 @@ Also times the check of the same file with its quotes removed (no quoted field: 
 of number and category columns).
 
 Prints `figure: value` lines and, last, `ratio: X` = check seconds ÷ baseline seconds, the median
-of the pairs (goal ≤ 0.2).
+of the pairs (goal ≤ 0.3).
 """
 
 from __future__ import annotations
