@@ -322,10 +322,11 @@ def profile_csv(
             for name, kind in head.other_types.items()
         }
         # Scanned columns stay text: as float64 a long card number would be rounded.
+        columns = set(head.columns)  # a set: a header may hold 50,000 names
         parsed = {
             name: kind
             for name, kind in {**numbers, **(typed or {})}.items()
-            if name in head.columns
+            if name in columns
             and name not in head.text_columns
             and name not in scanned
             and _parsed_type(kind)

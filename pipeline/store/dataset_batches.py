@@ -64,7 +64,8 @@ def csv_batches(open_stream: Callable[[], ByteStream], columns: Sequence[str]) -
 
 def _parquet_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
     parquet = pq.ParquetFile(path)
-    wanted = [c for c in columns if c in parquet.schema_arrow.names]
+    names = set(parquet.schema_arrow.names)
+    wanted = [c for c in columns if c in names]
     yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
 
 

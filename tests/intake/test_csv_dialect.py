@@ -20,7 +20,13 @@ import pyarrow as pa
 import pytest
 
 from pipeline.core.errors import InvalidInput
-from pipeline.intake.profiles import HEAD_BYTES, MAX_HEAD_BYTES, profile_path
+from pipeline.intake.profiles import (
+    HEAD_BYTES,
+    MAX_HEAD_BYTES,
+    profile_csv,
+    profile_path,
+    read_csv_head,
+)
 from pipeline.store.dataset_batches import CsvSource
 from pipeline.store.reading import UnreadableDataset, read_dataset
 from tests.intake.test_uploads import (
@@ -229,6 +235,22 @@ def test_the_fingerprints_reader_types_a_wide_header_in_linear_time() -> None:
     assert time.perf_counter() - started < 10  # 43 s with a list lookup per name
     assert list(source.types) == names
     assert source.types["c0"] == pa.float64()
+
+
+def test_the_checks_read_a_wide_header_with_the_fingerprints_types_in_linear_time() -> None:
+    # With a fingerprint plan the checks take the job's types for every column: a list lookup
+    # per name made that quadratic too (30,000 names: 5 s of 8).
+    names = [f"c{i}" for i in range(50_000)]
+    data = (",".join(names) + "\n").encode()
+    head = read_csv_head(data, at_eof=True)
+    started = time.perf_counter()
+
+    profile = profile_csv(
+        lambda: io.BytesIO(data), head, None, typed=dict.fromkeys(names, pa.float64())
+    )
+
+    assert time.perf_counter() - started < 10
+    assert (profile.row_count, profile.columns) == (0, names)
 
 
 def test_profile_path_reads_a_cr_only_file_over_1_mib(tmp_path: Path) -> None:
