@@ -1,9 +1,9 @@
 """Profiling a dataset file: its format from its first bytes, then what the upload rules need.
 
-The format is decided by content: Parquet starts and ends with the magic `PAR1`; anything else
-must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is read block by block (from a
-stream, which may still be growing: `pipeline.intake.receiving`); a Parquet file row group by row
-group once complete, its footer's claims checked rather than trusted
+The format is decided by content (`pipeline.intake.sniffing`): Parquet starts and ends with the
+magic `PAR1`; anything else must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is
+read block by block (from a stream, which may still be growing: `pipeline.intake.receiving`); a
+Parquet file row group by row group once complete, its footer's claims checked rather than trusted
 (`pipeline.store.bounded_read`). Only what the rules need is kept in memory: the row count, which
 columns hold a value, and the PII scan's candidates: every value of every text column meets the
 PII pre-filter as its batch is read (`pipeline.checks.pii_scan`), Presidio confirms later.
@@ -11,9 +11,7 @@ PII pre-filter as its batch is read (`pipeline.checks.pii_scan`), Presidio confi
 
 from __future__ import annotations
 
-import codecs
 import io
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -33,6 +31,7 @@ from pipeline.core.config import Settings
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.text import has_control_characters
 from pipeline.intake.late_text import LateText, scan_before_turns
+from pipeline.intake.sniffing import MAX_HEAD_BYTES, sniff_format
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -44,60 +43,11 @@ from pipeline.store.csv_text import MalformedCsv, check_csv_file
 from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 
-# The format is decided on the first bytes: at least this many (or the whole file) ...
-HEAD_BYTES = 64 * 1024
-# ... and for CSV up to a complete header line, which may not be longer than this.
-MAX_HEAD_BYTES = 1024 * 1024
 PARQUET_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # How pyarrow's CSV reader says a value does not fit the column's type.
 _CONVERSION_ERROR = "CSV conversion error"
-# Text files hold no control characters other than tab, newlines and form feed.
-_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
-
-# Format sniffing.
-
-
-def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
-    """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
-    if head.startswith(PARQUET_MAGIC):
-        return PARQUET
-    if not head.strip():
-        raise InvalidInput("the file is empty; expected CSV or Parquet")
-    text = head[3:] if head.startswith(codecs.BOM_UTF8) else head
-    if _CONTROL_BYTES.search(text, 0, HEAD_BYTES):
-        raise InvalidInput("the file is neither CSV nor Parquet (binary content)")
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        decoded = decoder.decode(text, final=at_eof)
-    except UnicodeDecodeError:
-        raise InvalidInput("the file is neither Parquet nor UTF-8 CSV text") from None
-    if _looks_like_json(decoded, at_eof=at_eof):
-        raise InvalidInput("the file looks like JSON; expected CSV or Parquet")
-    return CSV
-
-
-# A JSON document cut by the end of the head fails this close to it (a number, a literal or a
-# key cut short), or inside a string never closed.
-_JSON_CUT_CHARS = 64
-
-
-def _looks_like_json(text: str, *, at_eof: bool) -> bool:
-    """Whether the head is JSON (an array, an object, or one object a line), not a CSV whose
-    first column name starts with "[" or "{" (`[id]`): its first value must parse as JSON
-    and end its line; a head that is not the whole file may cut that value short."""
-    text = text.lstrip()
-    if text[:1] not in ("{", "["):
-        return False
-    try:
-        _, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError as exc:
-        if at_eof:
-            return False
-        return exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - _JSON_CUT_CHARS
-    rest = text[end:].lstrip(" \t")
-    return rest[:1] in ("", "\n", "\r")
 
 
 # Profiles: what the rules need to know about a file.

@@ -29,16 +29,14 @@ from pipeline.core.process_memory import release_free_memory
 from pipeline.core.tempfiles import locked_temp_dir
 from pipeline.core.writeback import start_writeback
 from pipeline.intake.profiles import (
-    HEAD_BYTES,
-    MAX_HEAD_BYTES,
     CsvHead,
     DatasetProfile,
     profile_csv,
     profile_parquet,
     read_csv_head,
-    sniff_format,
 )
 from pipeline.intake.relayed_batches import BatchRelay, checked_types, relayed_csv_batches
+from pipeline.intake.sniffing import HEAD_BYTES, MAX_HEAD_BYTES, sniff_format
 from pipeline.intake.streamed_fingerprints import (
     FINGERPRINTS_FILENAME,
     FingerprintJob,

@@ -18,7 +18,7 @@ Parse (the web form) read alike:
 - a `"` inside a field that does not start with one is an ordinary character (`12" pipe`);
 - lines end with `\\n`, `\\r\\n` or a bare `\\r` (old Mac files);
 - of the control bytes, only tab, line feed, form feed and carriage return (the rule the format
-  sniffing applies to the first 64 KiB: `pipeline.intake.profiles.sniff_format`).
+  sniffing applies to the first 64 KiB: `pipeline.intake.sniffing.sniff_format`).
 
 Cost: a chunk without a quote costs three NumPy comparisons of its bytes (about 0.2 ms a MiB);
 one with quotes also has its quotes' neighbours checked with NumPy, assuming every quote belongs

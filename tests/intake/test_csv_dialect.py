@@ -20,13 +20,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.core.errors import InvalidInput
-from pipeline.intake.profiles import (
-    HEAD_BYTES,
-    MAX_HEAD_BYTES,
-    profile_csv,
-    profile_path,
-    read_csv_head,
-)
+from pipeline.intake.profiles import profile_csv, profile_path, read_csv_head
+from pipeline.intake.sniffing import HEAD_BYTES, MAX_HEAD_BYTES
 from pipeline.store.dataset_batches import CsvSource
 from pipeline.store.reading import UnreadableDataset, read_dataset
 from tests.intake.test_uploads import (
