@@ -20,10 +20,12 @@ Parse (the web form) read alike:
 - of the control bytes, only tab, line feed, form feed and carriage return (the rule the format
   sniffing applies to the first 64 KiB: `pipeline.intake.sniffing.sniff_format`).
 
-Cost: a chunk without a quote costs three NumPy comparisons of its bytes (about 0.2 ms a MiB);
-one with quotes also has its quotes' neighbours checked with NumPy, assuming every quote belongs
-to a quoted value (about 0.4 ms a MiB of quoted free text); only a chunk where that assumption
-fails (quotes inside unquoted fields, or an error) is walked quote by quote in Python.
+Cost: a chunk without a quote costs two NumPy comparisons of its bytes (about 0.2 ms a MiB;
+three more where it holds a control byte besides "\n": "\r\n" line ends, tabs); one with quotes
+also has its quotes' neighbours checked with NumPy, assuming every quote belongs to a quoted
+value (about 1 ms a MiB of text quoted in every row: `bench/csv_text.py`); only a chunk where
+that assumption fails (quotes inside unquoted fields, or an error) is walked quote by quote in
+Python.
 """
 
 from __future__ import annotations
@@ -81,13 +83,15 @@ class CsvTextCheck:
             if not data:
                 return
         raw = np.frombuffer(data, dtype=np.uint8)
-        self._check_controls(raw)
+        feeds = int(np.count_nonzero(raw == _LINE_FEED))
+        if np.count_nonzero(raw < 32) != feeds:  # a byte below 32 besides "\n": look closer
+            self._check_controls(raw)
         if self._pending or b'"' in data:  # a byte search: free where there is no quote
             self._check_quotes(raw)
         self._last = int(raw[-1])
         if not self._line_feeds:  # lines are counted by "\r" only in a file without "\n"
             self._carriage_returns += int(np.count_nonzero(raw == _CARRIAGE_RETURN))
-        self._line_feeds += int(np.count_nonzero(raw == _LINE_FEED))
+        self._line_feeds += feeds
         self._offset += len(raw)
 
     def finish(self) -> None:
