@@ -29,6 +29,7 @@ from tests.intake.test_uploads import (
     SECRET_EMAIL,
     assert_nothing_stored,
     csv_bytes,
+    no_temp_files_left,  # noqa: F401 (autouse: no refusal leaves a temp file)
     table,
     upload,
 )
