@@ -171,7 +171,9 @@ def _csv_rows(path: Path, schema: dict[str, Any]) -> tuple[list[dict[str, Any]],
     problems: list[tuple[int, str]] = []
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
+            # strict: text after a closing quote (`"a \"b\" c"`) is an error, not glued to the
+            # value; the server refuses such a file too (pipeline/store/csv_text.py).
+            reader = csv.reader(handle, strict=True)
             header = next(reader, None)
             if header is None:
                 raise RowFileError(f"{path.name}: the CSV file is empty (no header line)")
@@ -199,7 +201,9 @@ def _csv_rows(path: Path, schema: dict[str, Any]) -> tuple[list[dict[str, Any]],
     except UnicodeDecodeError:
         raise RowFileError(f"{path.name}: not UTF-8 text") from None
     except csv.Error as exc:
-        raise RowFileError(f"{path.name}: not a valid CSV file ({exc})") from None
+        raise RowFileError(
+            f"{path.name}: not a valid CSV file on line {reader.line_num} ({exc})"
+        ) from None
     return rows, problems
 
 

@@ -19,10 +19,11 @@ import re
 import shutil
 import tempfile
 import threading
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeline.checks.pii_prefilter import ETHEREUM_ADDRESS
+from pipeline.checks.pii_prefilter import ETHEREUM_ADDRESS, NOT_IN_UUIDS, UUID
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine, RecognizerResult
@@ -55,6 +56,25 @@ PHONE_LENIENCY = 2
 MAX_VALUE_CHARS = 4096
 WINDOW_OVERLAP = 512
 
+_UUID = re.compile(UUID)
+
+
+# What the card recognizer reads besides ASCII digits (`card_text`): a full-width hyphen and an
+# ideographic space separate the groups of a card number as "-" and " " do.
+CARD_SEPARATORS = {0xFF0D: "-", 0x3000: " "}
+
+
+def card_text(text: str) -> str:
+    """`text` with each decimal digit of another script (full-width "４", Arabic-Indic "٤", ...)
+    as its ASCII digit and `CARD_SEPARATORS` as theirs: one character for one, so positions
+    hold."""
+    if text.isascii():
+        return text
+    table: dict[int, str] = {
+        ord(c): str(unicodedata.decimal(c)) for c in set(text) if c.isdecimal() and not c.isascii()
+    }
+    return text.translate({**table, **CARD_SEPARATORS})
+
 
 def confirm(
     values: Sequence[str], entities: Sequence[Sequence[str]], batch_size: int
@@ -62,14 +82,14 @@ def confirm(
     """The entity types Presidio finds in each value, looking only for `entities[i]` in value i."""
     found: list[set[str]] = [set() for _ in values]
     windows = [
-        (index, window)
+        (index, start, window)
         for index, value in enumerate(values)
-        for window in _windows(value)
+        for start, window in _windows(value)
         if entities[index]
     ]
     analyzer = _analyzer()
     for batch in _batches(windows, batch_size):
-        texts = [window for _, window in batch]
+        texts = [window for _, _, window in batch]
         # spaCy's tokenizer cache and Presidio's lazy recognizer loading are not documented as
         # thread-safe; scans are CPU-bound under the GIL anyway, so serialising costs nothing.
         with _scan_lock:
@@ -81,10 +101,11 @@ def confirm(
                     entities=list(entities[index]),
                     nlp_artifacts=artifacts,
                 )
-                for (index, _), (text, artifacts) in zip(batch, nlp, strict=True)
+                for (index, _, _), (text, artifacts) in zip(batch, nlp, strict=True)
             ]
-        for (index, _), results in zip(batch, per_window, strict=True):
-            found[index].update(r.entity_type for r in _drop_weaker_inside(results))
+        for (index, start, _), results in zip(batch, per_window, strict=True):
+            kept = _outside_uuids(values[index], start, _drop_weaker_inside(results))
+            found[index].update(r.entity_type for r in kept)
     return found
 
 
@@ -106,13 +127,30 @@ def supported_entities() -> list[str]:
     return sorted(_analyzer().get_supported_entities(LANGUAGE))
 
 
-def _windows(value: str) -> Iterator[str]:
+def _windows(value: str) -> Iterator[tuple[int, str]]:
+    """The windows of `value` Presidio reads, each with where it starts in the value."""
     if len(value) <= MAX_VALUE_CHARS:
-        yield value
+        yield 0, value
         return
     step = MAX_VALUE_CHARS - WINDOW_OVERLAP
     for start in range(0, len(value) - WINDOW_OVERLAP, step):
-        yield value[start : start + MAX_VALUE_CHARS]
+        yield start, value[start : start + MAX_VALUE_CHARS]
+
+
+def _outside_uuids(
+    value: str, start: int, results: list[RecognizerResult]
+) -> list[RecognizerResult]:
+    """Drop the phone, card and SSN matches (of a window starting at `start` in `value`) that
+    overlap a UUID of the whole value (`pii_prefilter.UUID`: a window may cut one)."""
+    if not any(r.entity_type in NOT_IN_UUIDS for r in results):
+        return results
+    spans = [(m.start() - start, m.end() - start) for m in _UUID.finditer(value)]
+    return [
+        r
+        for r in results
+        if r.entity_type not in NOT_IN_UUIDS
+        or not any(r.start < end and begin < r.end for begin, end in spans)
+    ]
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -195,7 +233,7 @@ def _build_analyzer() -> AnalyzerEngine:
     recognizers = [
         EmailRecognizer(),
         _phone_recognizer(PhoneRecognizer),
-        CreditCardRecognizer(),
+        _card_recognizer(CreditCardRecognizer),
         IbanRecognizer(),
         IpRecognizer(),
         UsSsnRecognizer(),
@@ -235,6 +273,21 @@ def _phone_recognizer(phone_class: type) -> Any:
     recognizer = LongPhoneRecognizer(leniency=PHONE_LENIENCY)
     recognizer.score_thresholds = {"PHONE_NUMBER": PHONE_SCORE_THRESHOLD}
     return recognizer
+
+
+def _card_recognizer(card_class: type) -> Any:
+    """Presidio's card recognizer, reading digits of every script as ASCII digits.
+
+    Its pattern names the leading digit (`4\\d{3}`), so a card written in full-width digits
+    ("４１１１…", as East Asian input methods type them) was never matched, though Luhn would take
+    it. The value is read through `card_text` first.
+    """
+
+    class AnyDigitCardRecognizer(card_class):  # type: ignore[misc]
+        def analyze(self, text: str, entities: list[str], nlp_artifacts: Any = None) -> list[Any]:
+            return list(super().analyze(card_text(text), entities, nlp_artifacts))
+
+    return AnyDigitCardRecognizer()
 
 
 def _digit_count(text: str) -> int:

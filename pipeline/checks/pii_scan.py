@@ -176,10 +176,8 @@ class PiiScanner:
         self.scanned = 0
         self.candidate_count = 0
         self.seconds = 0.0
-        share = CANDIDATE_CHAR_BUDGET // max(1, len(self.columns))
-        self._candidates = {
-            name: _ColumnCandidates(settings.max_sample_size, share) for name in self.columns
-        }
+        # Made for a column at its first candidate: a file may have 50,000 columns.
+        self._candidates: dict[str, _ColumnCandidates] = {}
         # Per column: text arrays, each with how many rows hold each value (None: one each).
         self._pending: dict[str, list[tuple[pa.Array, np.ndarray | None]]] = {
             name: [] for name in self.columns
@@ -191,25 +189,23 @@ class PiiScanner:
     def add_column(self, name: str) -> None:
         """Scan column `name` too (a CSV column that turns to text below the file's head); the
         columns share the candidate characters' budget again."""
-        if name in self._candidates:
+        if name in self._pending:
             return
         self.columns.append(name)
-        share = CANDIDATE_CHAR_BUDGET // len(self.columns)
         for store in self._candidates.values():
-            store.shrink(share)
-        self._candidates[name] = _ColumnCandidates(self.settings.max_sample_size, share)
+            store.shrink(self._share())
         self._pending[name] = []
         self._pending_bytes[name] = 0
 
     def add(self, name: str, column: pa.Array | pa.ChunkedArray) -> None:
         """Pre-filter one batch of column `name`: a text or dictionary-of-text array, nested or
-        binary values (their text leaves: `pii_nested`), or numbers (of a column
-        `holds_contact_numbers` names), whose long ones are scanned as text."""
+        binary values (their text leaves and contact-number leaves: `pii_nested`), or numbers
+        (of a column `holds_contact_numbers` names), whose long ones are scanned as text."""
         started = time.perf_counter()
         if is_number_type(column.type):
             column = long_numbers(column)
-        elif holds_nested_text(column.type):
-            column = nested_text(column)
+        elif holds_nested_text(column.type, name):
+            column = nested_text(column, name)
         elif not is_text_type(column.type):  # a "phone" column of booleans or dates
             return
         self.scanned += len(column) - column.null_count
@@ -259,9 +255,18 @@ class PiiScanner:
             gated = passed * GATED_RATIO < values
             self._gated[name] = gate_run_values(passed / max(1, values)) if gated else 0
         self.candidate_count += passed
-        store = self._candidates[name]
+        if len(found) == 0:
+            return
+        store = self._candidates.get(name)
+        if store is None:
+            store = _ColumnCandidates(self.settings.max_sample_size, self._share())
+            self._candidates[name] = store
         for value, mask in zip(found.to_pylist(), bits.tolist(), strict=True):
             store.offer(value, mask)
+
+    def _share(self) -> int:
+        """Each column's share of the candidates' character budget."""
+        return CANDIDATE_CHAR_BUDGET // max(1, len(self.columns))
 
     def flush(self) -> None:
         """Pre-filter the text still gathered (`report` does it first)."""
@@ -281,7 +286,8 @@ class PiiScanner:
         """Confirm the candidates with Presidio; the findings per column and entity type."""
         self.flush()
         started = time.perf_counter()
-        stores = list(self._candidates.values())
+        names = [name for name in self.columns if name in self._candidates]  # column order
+        stores = [self._candidates[name] for name in names]
         # Each column's candidates in sample order (smallest key first) with what confirming
         # each costs: a long text full of digit runs costs as much as that many short values,
         # so the bound is on the candidates Presidio parses, not on the values holding them.
@@ -296,7 +302,7 @@ class PiiScanner:
         values: list[str] = []
         owners: list[str] = []
         truncated = False
-        for name, vals, cost, quota in zip(self._candidates, ordered, costs, quotas, strict=True):
+        for name, vals, cost, quota in zip(names, ordered, costs, quotas, strict=True):
             chosen = vals[: int(np.searchsorted(cost, quota, side="right"))]
             truncated |= len(chosen) < len(vals)
             values.extend(chosen)
@@ -352,7 +358,7 @@ def scanned_type(name: str, kind: pa.DataType) -> bool:
     """Whether a column of this name and type is scanned: text, or contact numbers."""
     return (
         is_text_type(kind)
-        or holds_nested_text(kind)
+        or holds_nested_text(kind, name)
         or (is_number_type(kind) and holds_contact_numbers(name))
     )
 

@@ -1,18 +1,17 @@
 """Profiling a dataset file: its format from its first bytes, then what the upload rules need.
 
-The format is decided by content: Parquet starts and ends with the magic `PAR1`; anything else
-must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is read block by block (from a
-stream, which may still be growing: `pipeline.intake.receiving`); a Parquet file row group by row
-group once complete and once a child process has read it whole (`pipeline.store.parquet_probe`),
-its footer's claims checked rather than trusted (`pipeline.store.bounded_read`). Only what the
-rules need is kept in memory: the row count, which columns hold a value, and the PII scan's
-candidates: every value of every text column meets the PII pre-filter as its batch is read
-(`pipeline.checks.pii_scan`), Presidio confirms later.
+The format is decided by content (`pipeline.intake.sniffing`): Parquet starts and ends with the
+magic `PAR1`; anything else must be UTF-8 text that pyarrow's CSV reader parses. A CSV file is
+read block by block (from a stream, which may still be growing: `pipeline.intake.receiving`); a
+Parquet file row group by row group once complete and once a child process has read it whole
+(`pipeline.store.parquet_probe`), its footer's claims checked rather than trusted
+(`pipeline.store.bounded_read`). Only what the rules need is kept in memory: the row count, which
+columns hold a value, and the PII scan's candidates: every value of every text column meets the
+PII pre-filter as its batch is read (`pipeline.checks.pii_scan`), Presidio confirms later.
 """
 
 from __future__ import annotations
 
-import codecs
 import io
 import re
 from collections import Counter
@@ -34,6 +33,7 @@ from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.text import has_control_characters
 from pipeline.intake.late_text import LateText, scan_before_turns
 from pipeline.intake.parquet_refusals import check_natively_readable, parquet_reason
+from pipeline.intake.sniffing import MAX_HEAD_BYTES, sniff_format
 from pipeline.store.bounded_read import (
     CSV_BLOCK_BYTES,
     DatasetBoundsError,
@@ -41,45 +41,15 @@ from pipeline.store.bounded_read import (
     check_parquet_footer,
     iter_parquet_batches,
 )
+from pipeline.store.csv_text import MalformedCsv, check_csv_file
 from pipeline.store.dataset_batches import ByteStream, RetypeColumns
 from pipeline.store.formats import CSV, PARQUET, PARQUET_MAGIC, FileFormat
 from pipeline.store.parquet_envelope import ENCRYPTED, ENCRYPTED_FOOTER_MAGIC
 from pipeline.store.parquet_probe import PARQUET_BUFFER_BYTES
 
-# The format is decided on the first bytes: at least this many (or the whole file) ...
-HEAD_BYTES = 64 * 1024
-# ... and for CSV up to a complete header line, which may not be longer than this.
-MAX_HEAD_BYTES = 1024 * 1024
-
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
 # How pyarrow's CSV reader says a value does not fit the column's type.
 _CONVERSION_ERROR = "CSV conversion error"
-# Text files hold no control characters other than tab, newlines and form feed.
-_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
-
-# Format sniffing.
-
-
-def sniff_format(head: bytes, *, at_eof: bool) -> FileFormat:
-    """Parquet or CSV from the first bytes; InvalidInput (400) for anything else."""
-    if head.startswith(PARQUET_MAGIC):
-        return PARQUET
-    if head.startswith(ENCRYPTED_FOOTER_MAGIC) and _CONTROL_BYTES.search(head, 0, HEAD_BYTES):
-        # Binary after `PARE` (a CSV header may start "PARENT,..."): an encrypted footer's file.
-        raise InvalidInput(f"{ENCRYPTED} (its footer is encrypted)")
-    if not head.strip():
-        raise InvalidInput("the file is empty; expected CSV or Parquet")
-    text = head[3:] if head.startswith(codecs.BOM_UTF8) else head
-    if _CONTROL_BYTES.search(text, 0, HEAD_BYTES):
-        raise InvalidInput("the file is neither CSV nor Parquet (binary content)")
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        decoded = decoder.decode(text, final=at_eof)
-    except UnicodeDecodeError:
-        raise InvalidInput("the file is neither Parquet nor UTF-8 CSV text") from None
-    if decoded.lstrip()[:1] in ("{", "["):
-        raise InvalidInput("the file looks like JSON; expected CSV or Parquet")
-    return CSV
 
 
 # Profiles: what the rules need to know about a file.
@@ -179,11 +149,13 @@ class CsvHead:
     columns: list[str]
     text_columns: set[str]
     other_types: dict[str, pa.DataType] = field(default_factory=dict)
+    header_bytes: int = 0  # the header line's length, its line end included
 
 
 def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
-    """Column names and inferred text columns from the first bytes (complete lines only)."""
-    data = head if at_eof else head[: head.rfind(b"\n") + 1]
+    """Column names and inferred text columns from the first bytes (complete lines only;
+    lines end with "\n", "\r\n" or a bare "\r")."""
+    data = head if at_eof else head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
     if not data.strip():
         raise InvalidInput(f"the CSV header line is longer than {MAX_HEAD_BYTES} bytes")
     options = pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1)
@@ -197,7 +169,7 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as first_error:
         # A cut inside a quoted multi-line value can spoil the sample: fall back to the header.
-        header = data[: data.find(b"\n") + 1] or data
+        header = data[: _header_bytes(data)]
         try:
             table = pacsv.read_csv(
                 io.BytesIO(header),
@@ -215,14 +187,26 @@ def read_csv_head(head: bytes, *, at_eof: bool) -> CsvHead:
     columns = list(table.column_names)
     check_column_names(columns)
     others = {f.name: f.type for f in table.schema if f.name not in text}
-    return CsvHead(columns=columns, text_columns=text, other_types=others)
+    return CsvHead(columns, text, others, header_bytes=_header_bytes(data))
+
+
+def _header_bytes(data: bytes) -> int:
+    """The first line's length with its line end ("\n", "\r\n" or "\r"); the whole of `data`
+    when it holds none. (A name holding a line end is refused: `check_column_names`.)"""
+    ends = [at for at in (data.find(b"\n"), data.find(b"\r")) if at >= 0]
+    if not ends:
+        return len(data)
+    end = min(ends) + 1
+    return end + 1 if data[end - 1 : end + 1] == b"\r\n" else end
 
 
 def check_column_names(columns: list[str]) -> None:
     """Unprocessable (422) for a name given twice or holding a control character (NUL breaks
     PostgreSQL text, the others logs and column matching, as in form fields). Linear: a header
     may hold tens of thousands of names."""
-    controls = [name for name in columns if has_control_characters(name)]
+    # Printable text holds no control character: one C-speed pass over the names first.
+    printable = "".join(columns).isprintable()
+    controls = [] if printable else [name for name in columns if has_control_characters(name)]
     if controls:
         raise Unprocessable(
             f"column names must not contain control characters: {_listed(controls)}"
@@ -290,10 +274,11 @@ def profile_csv(
             for name, kind in head.other_types.items()
         }
         # Scanned columns stay text: as float64 a long card number would be rounded.
+        columns = set(head.columns)  # a set: a header may hold 50,000 names
         parsed = {
             name: kind
             for name, kind in {**numbers, **(typed or {})}.items()
-            if name in head.columns
+            if name in columns
             and name not in head.text_columns
             and name not in scanned
             and _parsed_type(kind)
@@ -371,7 +356,9 @@ def profile_parquet(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"not a valid Parquet file: {parquet_reason(exc)}") from None
     columns = list(schema.names)
-    text_columns = [f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type)]
+    text_columns = [
+        f.name for f in schema if is_text_type(f.type) or holds_nested_text(f.type, f.name)
+    ]
     builder = _ProfileBuilder(columns, text_columns, pii)
     budget = ReadBudget.for_file(size)
     rows = 0
@@ -398,4 +385,8 @@ def profile_path(path: Path, pii: Settings | None) -> DatasetProfile:
     if file_format == PARQUET:
         return profile_parquet(path, pii)
     csv_head = read_csv_head(head, at_eof=at_eof)
+    try:
+        check_csv_file(path)  # what the upload checks as its bytes arrive
+    except MalformedCsv as exc:
+        raise InvalidInput(str(exc)) from None
     return profile_csv(lambda: path.open("rb"), csv_head, pii)

@@ -29,22 +29,21 @@ from pipeline.core.process_memory import release_free_memory
 from pipeline.core.tempfiles import locked_temp_dir
 from pipeline.core.writeback import start_writeback
 from pipeline.intake.profiles import (
-    HEAD_BYTES,
-    MAX_HEAD_BYTES,
     CsvHead,
     DatasetProfile,
     profile_csv,
     profile_parquet,
     read_csv_head,
-    sniff_format,
 )
 from pipeline.intake.relayed_batches import BatchRelay, checked_types, relayed_csv_batches
+from pipeline.intake.sniffing import HEAD_BYTES, MAX_HEAD_BYTES, sniff_format
 from pipeline.intake.streamed_fingerprints import (
     FINGERPRINTS_FILENAME,
     FingerprintJob,
     FingerprintPlan,
 )
 from pipeline.store import dataset_batches
+from pipeline.store.csv_text import CsvTextCheck, MalformedCsv
 from pipeline.store.dataset_batches import RetypeColumns, csv_batches, file_batches
 from pipeline.store.formats import (
     CSV,
@@ -188,7 +187,8 @@ class ReceivedDataset:
 class DatasetIntake:
     """One upload's temp file: `write` chunks in order (from one thread), then `finish`.
 
-    CSV is checked by a background thread while the bytes arrive; once a check fails, later
+    CSV is checked by a background thread while the bytes arrive, and its bytes as they are
+    written (`pipeline.store.csv_text`: control bytes, quotes); once a check fails, later
     bytes are counted (for the size limit) but no longer kept. With `plan_fingerprints`, the
     file is fingerprinted by a second thread (`fingerprint_job`). `close` always removes the
     temp folder and stops the threads; use the intake as a context manager. `filename` (the
@@ -208,6 +208,7 @@ class DatasetIntake:
         self._plan: FingerprintPlan | None = None
         self.fingerprint_job: FingerprintJob | None = None
         self._relay: BatchRelay | None = None
+        self._text_check: CsvTextCheck | None = None  # a CSV's bytes, checked as written
         self._progress = _Progress()
         self._hash = hashlib.sha256()
         self._written_back = 0  # bytes whose disk write was started (`start_writeback`)
@@ -263,6 +264,11 @@ class DatasetIntake:
             self._start(data, at_eof=True)
             if self._failure is None:
                 self._append([data])
+        if self._text_check is not None and self._failure is None:
+            try:
+                self._text_check.finish()
+            except MalformedCsv as exc:
+                self._fail(InvalidInput(str(exc)))
         self._close_writer()
         self._progress.finish()
         if self._thread is not None:
@@ -300,7 +306,8 @@ class DatasetIntake:
             return True
         if len(self._head) < HEAD_BYTES:
             return False
-        return self._head.startswith(PARQUET_MAGIC) or b"\n" in self._head
+        head = self._head
+        return head.startswith(PARQUET_MAGIC) or b"\n" in head or b"\r" in head  # a line end
 
     def _start(self, head: bytes, *, at_eof: bool) -> None:
         try:
@@ -312,6 +319,11 @@ class DatasetIntake:
             return
         self.file_format = file_format
         if csv_head is not None:
+            self._text_check = CsvTextCheck()
+            if csv_head.header_bytes > dataset_batches.CSV_BLOCK_BYTES:
+                # The fingerprints' reader takes no line longer than its block: no streamed
+                # fingerprints; the checks read 1 MiB blocks (a header may be 1 MiB).
+                self._plan = None
             if self._plan is not None:
                 self._relay = BatchRelay()
             self._start_fingerprints(csv_head.columns, self._csv_fingerprint_source)
@@ -365,7 +377,7 @@ class DatasetIntake:
         except _Aborted:
             pass
         except BaseException as exc:
-            if not self._progress.aborted:
+            if not self._progress.aborted and self._failure is None:
                 self._failure = exc
                 if self.fingerprint_job is not None:
                     self.fingerprint_job.cancel()  # the upload is refused: spare the CPU
@@ -373,7 +385,23 @@ class DatasetIntake:
             if relay is not None:
                 relay.abort()  # wakes a job waiting for batches that will not come
 
+    def _fail(self, exc: DomainError) -> None:
+        """Refuse the upload from the writing side: the checking thread and the fingerprint
+        job stop, later bytes are no longer kept."""
+        self._failure = exc
+        self._progress.abort()
+        if self.fingerprint_job is not None:
+            self.fingerprint_job.cancel()
+
     def _append(self, chunks: Sequence[bytes]) -> None:
+        if self._text_check is not None:
+            # Checked before they are written: the checking thread never reads bytes refused.
+            try:
+                for data in chunks:
+                    self._text_check.feed(data)
+            except MalformedCsv as exc:
+                self._fail(InvalidInput(str(exc)))
+                return
         assert self._fd is not None
         for data in chunks:
             self._hash.update(data)

@@ -66,7 +66,8 @@ def csv_batches(open_stream: Callable[[], ByteStream], columns: Sequence[str]) -
 def _parquet_batches(path: Path, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
     check_parquet_file(path)  # a child process reads it first (`parquet_probe`)
     parquet = pq.ParquetFile(path)
-    wanted = [c for c in columns if c in parquet.schema_arrow.names]
+    names = set(parquet.schema_arrow.names)
+    wanted = [c for c in columns if c in names]
     yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
 
 
@@ -100,8 +101,9 @@ class CsvSource:
                 convert_options=pacsv.ConvertOptions(strings_can_be_null=True),
             ).schema
         self.header = list(head.names)
+        fields = {f.name: f for f in head}  # a set lookup: a header may hold 50,000 names
         self.types: dict[str, pa.DataType] = {
-            name: self._type(head.field(name).type) for name in columns if name in self.header
+            name: self._type(fields[name].type) for name in columns if name in fields
         }
 
     def _type(self, kind: pa.DataType) -> pa.DataType:

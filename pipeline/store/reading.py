@@ -1,7 +1,9 @@
 """Dataset files read whole into a DataFrame: CSV, Parquet, a JSON array or JSON lines.
 
 "Valid CSV/JSON/Parquet" (spec §8) is decided here: `read_dataset` raises UnreadableDataset
-before any check runs. CSV and Parquet are read within a memory budget derived from the file's
+before any check runs. A CSV's bytes first meet the upload's text check (control bytes, quotes
+outside RFC 4180: `pipeline.store.csv_text`), so a file the upload refuses is unreadable here
+too. CSV and Parquet are read within a memory budget derived from the file's
 size, and a Parquet footer that claims more rows or bytes than the file holds makes the file
 unreadable (`pipeline.store.bounded_read`), so a hostile file fails instead of exhausting memory.
 A Parquet file is read here only after a child process has read it whole and survived
@@ -19,6 +21,7 @@ import pyarrow as pa
 from pyarrow import json as pa_json
 
 from pipeline.store.bounded_read import DatasetBoundsError, read_csv_table, read_parquet_table
+from pipeline.store.csv_text import MalformedCsv, check_csv_file
 from pipeline.store.formats import EXTENSIONS
 from pipeline.store.json_columns import json_columns
 from pipeline.store.parquet_envelope import EncryptedParquet
@@ -56,6 +59,9 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
         frame = table.to_pandas()
         frame.attrs[JSON_COLUMNS_ATTR] = sorted(json_columns(table.schema))
         return frame
+    except MalformedCsv as exc:
+        # Its message names the line and what is wrong, so it is kept whole.
+        raise UnreadableDataset(str(exc)) from None
     except (DatasetBoundsError, ParquetReaderFailed) as exc:
         # Its message names counts and sizes only, so it is kept whole.
         raise UnreadableDataset(f"not a trustworthy {kind.upper()} file: {exc}") from None
@@ -69,6 +75,7 @@ def read_dataset(path: str | Path, file_format: str) -> pd.DataFrame:
 
 
 def _read_csv(path: Path) -> pa.Table:
+    check_csv_file(path)
     return read_csv_table(path)
 
 

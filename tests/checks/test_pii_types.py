@@ -1,6 +1,6 @@
 """The PII scan of every Arrow column type a Parquet file can hold: each width of number in a
 contact-number column (`pii_numbers.long_numbers`), and the text leaves of nested and binary
-columns (`pii_nested`)."""
+columns, with their number leaves under contact names (`pii_nested`)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,15 @@ def test_long_numbers_of_every_number_type(column: pa.Array, digits: list[str]) 
     assert pii_numbers.long_numbers(column).to_pylist() == digits
 
 
-def test_nested_text_reads_every_text_leaf_of_a_slice_and_no_number(settings: Settings) -> None:
+def test_nested_text_reads_every_text_leaf_of_a_slice_and_contact_numbers_only(
+    settings: Settings,
+) -> None:
     emails = pa.array(["a@example.com", "b@example.com", None, "c@example.com"])
+    # A number leaf is scanned when a name on its path says it holds contact numbers (the
+    # struct field "phone"), as its long values' digits; other number leaves ("visits") are not.
     struct = pa.StructArray.from_arrays(
-        [emails, pa.array([4155550123] * 4)], names=["email", "phone"]
+        [emails, pa.array([4155550123, 4155550124, 12, None]), pa.array([20240101123] * 4)],
+        names=["email", "phone", "visits"],
     )
     listed = pa.ListArray.from_arrays(pa.array([0, 1, 3, 4]), struct)
     mapped = pa.array(
@@ -55,10 +60,14 @@ def test_nested_text_reads_every_text_leaf_of_a_slice_and_no_number(settings: Se
         "b@example.com",
         None,
         "c@example.com",
+        "4155550124",
     ]
     assert not pii_nested.holds_nested_text(pa.list_(pa.int64()))
+    assert pii_nested.holds_nested_text(pa.list_(pa.int64()), "phones")
+    assert pii_nested.holds_nested_text(pa.struct([("mobile", pa.int64())]))
+    assert not pii_nested.holds_nested_text(pa.struct([("visits", pa.int64())]), "stats")
     assert not pii_nested.holds_nested_text(pa.string())
 
     report = pii_scan.scan_table(pa.table({"contacts": listed.slice(1)}), settings)
 
-    assert report.findings == {"contacts": {"EMAIL_ADDRESS": 2}}
+    assert report.findings == {"contacts": {"EMAIL_ADDRESS": 2, "PHONE_NUMBER": 1}}

@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 
 from cli.client import MarketplaceClient, RetryPolicy
 from cli.contribute import batch_idempotency_key
-from cli.datafiles import batches, convert_cell, read_rows
+from cli.datafiles import RowFileError, batches, convert_cell, read_rows
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
@@ -464,6 +464,22 @@ def test_read_rows_reports_ragged_csv_lines(tmp_path: Path) -> None:
     assert rowfile.problems == [
         (1, "has 1 cells, the header names 2 columns"),
         (2, "has 3 cells, the header names 2 columns"),
+    ]
+
+
+def test_read_rows_refuses_text_after_a_closing_quote_as_the_server_does(tmp_path: Path) -> None:
+    # A backslash-escaped quote is no escape in RFC 4180: Python's csv glued the rest to the
+    # value ('some \\escaped\\" value"'); the server refuses the file (issue 33 §9).
+    path = tmp_path / "escaped.csv"
+    path.write_text('tenure_months,contract\n1,one-year\n2,"some \\"escaped\\" value"\n')
+    schema = {"properties": {"tenure_months": {"type": "integer"}, "contract": {"type": "string"}}}
+    with pytest.raises(RowFileError, match="not a valid CSV file on line 3"):
+        read_rows(path, schema)
+    # Bare-CR line ends and a quote inside an unquoted field read as the server reads them.
+    path.write_bytes(b'tenure_months,contract\r1,12" pipe\r2,"a ""b"""\r')
+    assert read_rows(path, schema).rows == [
+        {"tenure_months": 1, "contract": '12" pipe'},
+        {"tenure_months": 2, "contract": 'a "b"'},
     ]
 
 

@@ -20,8 +20,9 @@ import pytest
 
 from pipeline.checks.pii_scan import PiiReport, scan_table
 from pipeline.core.config import Settings
-from pipeline.intake.profiles import HEAD_BYTES, profile_csv, read_csv_head
+from pipeline.intake.profiles import profile_csv, read_csv_head
 from pipeline.intake.receiving import DatasetIntake, upload_tmp_root
+from pipeline.intake.sniffing import HEAD_BYTES
 from pipeline.intake.uploads import early_fingerprint_plan
 from pipeline.store import dataset_batches
 from tests.intake.test_uploads import FEATURES, OWNER, TARGET, URL, assert_nothing_stored

@@ -22,7 +22,8 @@ from cli.datafiles import RowFileError, read_rows
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
-from pipeline.intake.profiles import profile_parquet, sniff_format
+from pipeline.intake.profiles import profile_parquet
+from pipeline.intake.sniffing import sniff_format
 from pipeline.store import parquet_envelope, parquet_probe
 from pipeline.store.parquet_probe import ParquetReaderFailed, check_parquet_file
 from pipeline.store.reading import UnreadableDataset, read_dataset

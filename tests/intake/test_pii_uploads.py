@@ -10,6 +10,8 @@ Presidio confirms.
 from __future__ import annotations
 
 import io
+import random
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -311,4 +313,81 @@ def test_a_uint64_phone_column_above_2_to_63_is_scanned_and_never_quoted(
 
     assert_refused(response, "phone", "PHONE_NUMBER", 1)
     assert str(2**64 - 1) not in response.text
+    assert_nothing_stored(db, settings)
+
+
+NESTED_PHONES: dict[str, Callable[[list[int | None]], pa.Array]] = {
+    "struct<phone:int64>": lambda p: pa.array(
+        [{"phone": v, "visits": 20240101123} for v in p],
+        pa.struct([("phone", pa.int64()), ("visits", pa.int64())]),
+    ),
+    "list<struct<mobile:uint64>>": lambda p: pa.array(
+        [[{"mobile": v}] for v in p], pa.list_(pa.struct([("mobile", pa.uint64())]))
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NESTED_PHONES))
+def test_phone_numbers_in_number_leaves_of_nested_parquet_columns_are_refused(
+    client, key_headers, db, settings, kind
+) -> None:
+    # The field's name says what its numbers are, as a column's does (issue 33 §12); only the
+    # last row group holds them.
+    rows = 6_000
+    phones: list[int | None] = [None] * rows
+    phones[-3:] = [4155550123, 3065551234, 2125550199]
+    table = churn_table(rows, contact=NESTED_PHONES[kind](phones))
+
+    response = upload(client, key_headers, parquet_bytes(table, 2_000), "bench.parquet")
+
+    assert_refused(response, "contact", "PHONE_NUMBER", 3)
+    assert "4155550123" not in response.text
+    assert_nothing_stored(db, settings)
+
+
+def test_number_leaves_under_other_names_are_not_scanned(client, key_headers) -> None:
+    # 10-digit ids in a struct field not named for contact numbers: as in a number column.
+    ids = pa.array(
+        [{"account_id": 4_155_550_000 + i, "visits": i} for i in range(60)],
+        pa.struct([("account_id", pa.int64()), ("visits", pa.int64())]),
+    )
+    fields = {"input_columns": ",".join(FEATURES)}
+
+    data = parquet_bytes(churn_table(60, stats=ids), 20)
+
+    response = upload(client, key_headers, data, "bench.parquet", **fields)
+
+    assert response.status_code == 201, response.text
+
+
+def test_a_column_of_10_000_uuids_is_not_pii(client, key_headers) -> None:
+    # Seeded UUIDs, like the UUID column of parquet-testing's lz4_raw_compressed_larger.parquet:
+    # their digit groups held 13 valid phone numbers ("06206166", "4940-8881") and a Luhn-valid
+    # card ("55797805-6403-4830"), and the clean file was refused (issue 33 §11).
+    rng = random.Random(33)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(10_000)]
+    table = churn_table(10_000, request_id=pa.array(ids))
+    fields = {"input_columns": ",".join(FEATURES)}
+
+    response = upload(client, key_headers, parquet_bytes(table, 5_000), "bench.parquet", **fields)
+
+    assert response.status_code == 201, response.text
+
+
+def test_card_numbers_in_full_width_digits_are_refused(client, key_headers, db, settings) -> None:
+    # As East Asian input methods type them (U+FF10..FF19), with ASCII, ideographic (U+3000)
+    # or full-width hyphen (U+FF0D) separators (issue 33 §12).
+    cards = [
+        "４１１１１１１１１１１１１１１１",
+        "カード ５５００ ００００ ００００ ０００４",
+        "３７８２　８２２４６３　１０００５",
+        "６０１１－０００９－９０１３－９４２４",
+    ]
+    rows = 2_000
+    table = churn_table(rows, note=with_tail([f"order {i}" for i in range(rows)], cards))
+
+    response = upload(client, key_headers, csv_bytes(table), "bench.csv")
+
+    assert_refused(response, "note", "CREDIT_CARD", 4)
+    assert "４１１１" not in response.text
     assert_nothing_stored(db, settings)

@@ -21,8 +21,9 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.tables import ArrivalEvent, BenchmarkSpec, DatasetVersion
-from pipeline.intake.profiles import csv_error_reason, profile_path, sniff_format
+from pipeline.intake.profiles import csv_error_reason, profile_path
 from pipeline.intake.receiving import stored_filename, upload_tmp_root
+from pipeline.intake.sniffing import sniff_format
 from pipeline.intake.uploads import BenchmarkForm, parse_form
 from pipeline.store.formats import CSV, PARQUET
 from pipeline.store.queue import parse_arrival_message
