@@ -104,6 +104,9 @@ class TrainerJob:
     train: pd.DataFrame  # features and target
     features: pd.DataFrame  # the benchmark's features, same columns as train's minus target
     probabilities: bool
+    # The model's own environment (its requirements.txt: pipeline.sandbox.envs); None: the
+    # service's interpreter and site-packages.
+    env: Path | None = None
 
 
 def python_paths() -> tuple[str, list[str]]:
@@ -111,6 +114,16 @@ def python_paths() -> tuple[str, list[str]]:
     executable = os.path.realpath(sys.executable)
     dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
     return executable, [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def trainer_python(env: Path | None) -> tuple[str, list[str], list[str]]:
+    """The interpreter the harness runs with, the site-packages folders it adds, and the
+    folders bound read-only for them: the service's own, or a model environment's (whose
+    interpreter finds its own site-packages, and nothing of the service's)."""
+    executable, site_dirs = python_paths()
+    if env is None:
+        return executable, site_dirs, site_dirs
+    return str(env / "bin" / "python"), [], [str(env)]
 
 
 def bwrap_path() -> str | None:
@@ -165,9 +178,11 @@ def _ro_binds(executable: str, site_dirs: Sequence[str]) -> list[str]:
     return args
 
 
-def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
+def sandbox_command(
+    box: Path, isolation: str, tmp_bytes: int, env: Path | None = None
+) -> list[str]:
     """The command the launcher starts: the harness, inside bubblewrap unless isolation=none."""
-    executable, site_dirs = python_paths()
+    executable, site_dirs, ro_dirs = trainer_python(env)
     harness = [executable, "-I", str(box / "harness.py"), str(box), *site_dirs]
     if isolation == "none":
         return harness
@@ -184,7 +199,7 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
         str(tmp_bytes),
         "--tmpfs",
         "/tmp",
-        *_ro_binds(executable, site_dirs),
+        *_ro_binds(python_paths()[0], ro_dirs),
         "--proc",
         "/proc",
         "--dev",
@@ -231,7 +246,9 @@ class SandboxRun:
         }
         (self.box / "job.json").write_text(json.dumps(job))
         launch: dict[str, Any] = {
-            "command": sandbox_command(self.box, isolation, self.limits.file_size_mb * 1024 * 1024),
+            "command": sandbox_command(
+                self.box, isolation, self.limits.file_size_mb * 1024 * 1024, self.job.env
+            ),
             "cwd": str(self.box),
             "env": {**FIXED_ENV, "HOME": str(self.box)},
             "pass_env": list(PIPES_ENV),
