@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import yaml
 from sqlalchemy import select
 
+from cli import model_envs
 from cli.devmode import (
     announce_when_ready,
     dev_banner,
@@ -75,19 +77,28 @@ def _owner_from_args(session: Session, user: str | None, org: str | None) -> Mod
 def cmd_models_add(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
     from pipeline.bootstrap import Services, prepare_store
+    from pipeline.models.environments import remove_if_unused, store_archive
 
     settings = _settings()
     prepare_store(settings)
     path = Path(args.file)
     folder = load_model_path(path)
     definition = folder.definition
-    with Services(settings) as services, services.db.session() as session:
-        owner = _owner_from_args(session, args.owner_user, args.owner_org)
-        existing = session.scalar(select(Model).where(Model.name == definition.name))
-        if owner is None and (existing is None or model_owner(existing) is None):
-            owner = ModelOwner(user_id=settings.admin_user_id)
-        model = register_model_folder(session, services.store, folder, owner)
-        model_id, current = model.id, model_owner(model)
+    started = time.time()
+    # Installed before the transaction: a refusal stores nothing.
+    environment = model_envs.install_folder_environment(folder, settings)
+    with Services(settings) as services:
+        with services.db.session() as session:
+            owner = _owner_from_args(session, args.owner_user, args.owner_org)
+            existing = session.scalar(select(Model).where(Model.name == definition.name))
+            if owner is None and (existing is None or model_owner(existing) is None):
+                owner = ModelOwner(user_id=settings.admin_user_id)
+            replaced = existing.trainer_env if existing is not None else None
+            model = register_model_folder(session, services.store, folder, owner, environment)
+            if environment is not None:
+                store_archive(services.store, settings, environment)
+            model_id, current = model.id, model_owner(model)
+        remove_if_unused(services.db, services.store, settings, replaced, started)
     print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
     if folder.sha256 is not None:
         print(f"trainer {definition.trainer} from {path}, folder sha256 {folder.sha256}")
@@ -131,6 +142,8 @@ def cmd_models_list(_: argparse.Namespace) -> int:
                 lines = model.trainer_failure.splitlines()
                 print(f"\ttrainer failed {lines[0]}")
                 print("".join(f"\t  {line}\n" for line in lines[1:]), end="")
+            for line in model_envs.environment_lines(model):
+                print(line)
     return 0
 
 
@@ -253,6 +266,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not prepare_store_apart(settings):
         print("marketplace serve: preparing the store failed (see above)", file=sys.stderr)
         return 1
+    model_envs.prune_at_start(settings, "serve")
     if args.workers == 1:
         _serve_api(settings, args.host, args.port)
         return 0
@@ -341,6 +355,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         flush=True,
     )
     prepare_store(settings)
+    model_envs.prune_at_start(settings, "dev")
     env = dagster_environment(settings)
     quiet_dagster_environment(env)
     command = [
@@ -424,6 +439,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     owner.add_argument("--owner-org", help="organization id or name of the owner")
     add.set_defaults(handler=cmd_models_add)
     models_sub.add_parser("list", help="list models").set_defaults(handler=cmd_models_list)
+    model_envs.register(models_sub)
     set_owner = models_sub.add_parser(
         "set-owner", help="give a model to a user or an organization (who may change its benchmark)"
     )

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import InvalidInput
 from pipeline.sandbox.requirements import Requirements, service_python
@@ -75,6 +75,17 @@ class Environment:
         return f"environment {self.sha256[:12]} ({self.size_bytes / MB:.1f} MB, " + (
             f"{len(self.packages)} packages)"
         )
+
+    @staticmethod
+    def model_columns(environment: Environment | None) -> dict[str, Any]:
+        """The model row's columns (`trainer_env*`; all None for a folder without requirements)."""
+        if environment is None:
+            return {"trainer_env": None, "trainer_env_bytes": None, "trainer_env_packages": None}
+        return {
+            "trainer_env": environment.sha256,
+            "trainer_env_bytes": environment.size_bytes,
+            "trainer_env_packages": list(environment.packages),
+        }
 
 
 def environment_dir(root: Path, sha256: str) -> Path:

@@ -80,7 +80,7 @@ def service_python() -> str:
 def harness_pins() -> dict[str, str]:
     """The harness's packages and everything they need on this platform, at the versions the
     service itself runs: canonical name -> version."""
-    environment = {**default_environment(), "extra": ""}
+    environment: dict[str, str] = {**default_environment(), "extra": ""}
     pins: dict[str, str] = {}
     todo = list(HARNESS_PACKAGES)
     while todo:
@@ -178,7 +178,7 @@ def parse_requirements(data: bytes) -> Requirements:
         body, hashes = _split_options(where, line)
         requirement = _pinned(where, body)
         name = canonicalize_name(requirement.name)
-        version = list(requirement.specifier)[0].version
+        version = next(iter(requirement.specifier)).version
         if name in lines:
             raise InvalidInput(f"{where}: {requirement.name} is named twice")
         if name in pins and pins[name] != version:
