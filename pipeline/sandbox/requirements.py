@@ -29,6 +29,7 @@ import sysconfig
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -80,7 +81,7 @@ def service_python() -> str:
 def harness_pins() -> dict[str, str]:
     """The harness's packages and everything they need on this platform, at the versions the
     service itself runs: canonical name -> version."""
-    environment: dict[str, str] = {**default_environment(), "extra": ""}
+    environment: dict[str, str] = {**cast("dict[str, str]", default_environment()), "extra": ""}
     pins: dict[str, str] = {}
     todo = list(HARNESS_PACKAGES)
     while todo:
