@@ -1,0 +1,297 @@
+"""A model folder's requirements.txt, installed once with uv from a local wheel folder (no index:
+an air-gapped host), run in the box, shared, refused when it cannot be, and pruned when unused
+(docs/sandbox.md, "Requirements: the owner's own packages")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from assets.trainers import trainer_pod_spec
+from pipeline.core.config import Settings, load_settings
+from pipeline.core.db import Database
+from pipeline.core.tables import Model
+from pipeline.demo.churn_data import churn_rows
+from pipeline.evaluation.trainers import StepTrainers
+from pipeline.models.environments import prune_environments
+from pipeline.models.registry import demo_definition
+from pipeline.sandbox.env_archives import archive_key, ensure_environment, keep_archive
+from pipeline.sandbox.envs import EnvLimits, install_environment, interpreter
+from pipeline.sandbox.errors import TrainerFailed
+from pipeline.sandbox.requirements import harness_pins, parse_requirements
+from pipeline.store.objectstore import LocalObjectStore
+from tests.support.wheels import repack_installed, write_sdist, write_wheel
+
+pytestmark = pytest.mark.slow
+
+GREETING = {"mk_greeting.py": "def column(name):\n    return name\n"}
+
+TRAIN_PY = """
+import importlib.util
+
+import mk_greeting
+import numpy as np
+
+
+class MostFrequent:
+    def __init__(self, label):
+        self.label = label
+
+    def predict(self, frame):
+        return np.full(len(frame), self.label)
+
+
+def fit(train, target):
+    assert importlib.util.find_spec("sklearn") is None, "the service's packages are visible"
+    return MostFrequent(train[mk_greeting.column(target)].mode().iloc[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An operator's local wheel folder, and uv told to use it and nothing else
+    (UV_NO_INDEX, UV_FIND_LINKS: uv's own settings); one uv cache for the module."""
+    folder = tmp_path_factory.mktemp("wheels")
+    for name in harness_pins():
+        repack_installed(folder, name)
+    write_wheel(folder, "mk-greeting", "1.0.0", GREETING)
+    write_wheel(folder, "mk-old-numpy", "1.0.0", {"mk_old_numpy.py": ""}, ["numpy<2"])
+    built = tmp_path_factory.mktemp("built") / "ran"
+    setup_py = f"open({str(built)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup()\n"
+    write_sdist(folder, "mk-built", "0.1", setup_py)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("UV_NO_INDEX", "1")
+        patch.setenv("UV_FIND_LINKS", str(folder))
+        patch.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
+        yield folder
+    assert not built.exists(), "a build script of an sdist ran"
+
+
+def model_folder(root: Path, name: str, requirements: str | None) -> Path:
+    definition = demo_definition().model_dump()
+    definition.update(name=name, estimator=None, trainer="train:fit")
+    root.mkdir(parents=True)
+    (root / "model.json").write_text(json.dumps(definition))
+    (root / "train.py").write_text(TRAIN_PY)
+    if requirements is not None:
+        (root / "requirements.txt").write_text(requirements)
+    return root
+
+
+def envs(settings: Settings) -> list[str]:
+    root = settings.envs_dir
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def predict(settings: Settings, db: Database, model_id: int) -> np.ndarray:
+    from pipeline.bootstrap import Services
+
+    services = Services(settings, db=db, store=LocalObjectStore(settings.objects_dir))
+    trainers = StepTrainers(services)
+    try:
+        trainer = trainers.for_model(model_id)
+        assert trainer is not None
+        train = pd.DataFrame(churn_rows(300, seed=3))
+        bench = pd.DataFrame(churn_rows(50, seed=4))
+        output = trainer.predict(
+            train,
+            bench.drop(columns=["churned"]),
+            target="churned",
+            task_type="classification",
+            probabilities=False,
+            y_true=bench["churned"].to_numpy(),
+        )
+        return output.values
+    finally:
+        trainers.close()
+
+
+def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
+    wheel_folder: Path, cli: Any, settings: Settings, db: Database, client: Any, tmp_path: Path
+) -> None:
+    folder = model_folder(tmp_path / "greeting", "churn-greeting", "mk-greeting==1.0.0\n")
+    status, out, err = cli("models", "add", str(folder))
+    assert status == 0, err
+    model_id = int(out.strip().splitlines()[-1])
+    with db.session() as session:
+        model = session.get(Model, model_id)
+        assert model is not None and model.trainer_env is not None
+        key, size, packages = model.trainer_env, model.trainer_env_bytes, model.trainer_env_packages
+    assert envs(settings) == [key]
+    assert "mk-greeting==1.0.0" in (packages or [])
+    assert f"pandas=={harness_pins()['pandas']}" in (packages or [])
+    assert "scikit-learn" not in " ".join(packages or [])
+    assert size is not None and size > 10 * 1024 * 1024
+
+    # Evaluated in the box with the environment's interpreter: the trainer imports its package
+    # and does not see the service's.
+    predictions = predict(settings, db, model_id)
+    assert len(predictions) == 50 and len(set(predictions.tolist())) == 1
+
+    [view] = [m for m in client.get("/api/models").json() if m["id"] == model_id]
+    assert view["environment"] == {"sha256": key, "size_bytes": size, "packages": packages}
+    status, out, _ = cli("models", "list")
+    assert f"environment {key}" in out and "mk-greeting==1.0.0" in out
+
+    # The same requirements for another model: the environment is shared, nothing installed.
+    other = model_folder(tmp_path / "other", "churn-greeting-2", "# same\nmk-greeting==1.0.0\n")
+    python = interpreter(settings.envs_dir / key)
+    before = os.lstat(python).st_ino
+    started = time.monotonic()
+    status, out, err = cli("models", "add", str(other))
+    assert status == 0, err
+    assert time.monotonic() - started < 5  # the install itself is found in milliseconds
+    assert envs(settings) == [key] and os.lstat(python).st_ino == before
+    with db.session() as session:
+        assert session.get(Model, int(out.strip().splitlines()[-1])).trainer_env == key  # type: ignore[union-attr]
+
+
+def _refused(cli: Any, settings: Settings, db: Database, folder: Path) -> str:
+    status, out, err = cli("models", "add", str(folder))
+    assert status == 1, out
+    with db.session() as session:
+        assert session.query(Model).filter(Model.name.like("churn-refused%")).count() == 0
+    assert [name for name in envs(settings) if not name.startswith(".")] == []
+    assert not (settings.objects_dir / "trainers").exists()
+    return str(err)
+
+
+@pytest.mark.parametrize(
+    ("requirements", "said"),
+    [
+        # The resolver's own message.
+        ("mk-greeting==9.9.9\n", "there is no version of mk-greeting==9.9.9"),
+        # An sdist only: its build script would run; wheels only.
+        ("mk-built==0.1\n", "mk-built"),
+    ],
+)
+def test_requirements_that_cannot_be_installed_are_refused_and_nothing_is_stored(
+    wheel_folder: Path,
+    cli: Any,
+    settings: Settings,
+    db: Database,
+    tmp_path: Path,
+    requirements: str,
+    said: str,
+) -> None:
+    err = _refused(cli, settings, db, model_folder(tmp_path / "m", "churn-refused", requirements))
+    assert "requirements.txt cannot be installed; uv says:" in err
+    assert said in err
+
+
+def test_the_harness_conflict_found_by_the_resolver_names_both(
+    wheel_folder: Path, cli: Any, settings: Settings, db: Database, tmp_path: Path
+) -> None:
+    err = _refused(
+        cli, settings, db, model_folder(tmp_path / "m", "churn-refused", "mk-old-numpy==1.0.0\n")
+    )
+    assert "mk-old-numpy" in err and f"numpy=={harness_pins()['numpy']}" in err
+
+
+def test_an_environment_over_the_size_limit_is_refused(
+    wheel_folder: Path,
+    cli: Any,
+    settings: Settings,
+    db: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRAINER_ENV_MAX_MB", "5")
+    folder = model_folder(tmp_path / "m", "churn-refused", "mk-greeting==1.0.0\n")
+    assert "over the limit of 5 MB (TRAINER_ENV_MAX_MB)" in _refused(cli, settings, db, folder)
+
+
+def test_reregistering_without_requirements_removes_the_unused_environment(
+    wheel_folder: Path, cli: Any, settings: Settings, db: Database, tmp_path: Path
+) -> None:
+    folder = model_folder(tmp_path / "m", "churn-greeting", "mk-greeting==1.0.0\n")
+    assert cli("models", "add", str(folder))[0] == 0
+    assert len(envs(settings)) == 1
+    (folder / "requirements.txt").unlink()
+    (folder / "train.py").write_text("def fit(train, target):\n    return None\n")
+    assert cli("models", "add", str(folder))[0] == 0
+    assert envs(settings) == []
+    with db.session() as session:
+        model = session.query(Model).filter_by(name="churn-greeting").one()
+        assert model.trainer_env is None and model.trainer_env_packages is None
+
+
+def test_prune_removes_environments_no_model_uses_once_untouched(
+    wheel_folder: Path, cli: Any, settings: Settings, db: Database
+) -> None:
+    limits = EnvLimits.from_settings(settings)
+    orphan = install_environment(
+        parse_requirements(b"mk-greeting==1.0.0\n"), settings.envs_dir, limits
+    )
+    store = LocalObjectStore(settings.objects_dir)
+    # Just installed: a registration may be about to use it.
+    assert prune_environments(db, store, settings).removed == []
+    old = time.time() - 3600
+    os.utime(settings.envs_dir / orphan.sha256 / ".marketplace-env.json", (old, old))
+    os.utime(settings.envs_dir / orphan.sha256, (old, old))
+    status, out, _ = cli("models", "prune-envs")
+    assert status == 0 and f"removed {orphan.sha256}" in out
+    assert envs(settings) == []
+
+
+def test_an_environment_travels_as_an_archive_and_is_unpacked_not_installed(
+    wheel_folder: Path, tmp_path: Path
+) -> None:
+    limits = EnvLimits.from_settings(load_settings())
+    registering_host = tmp_path / "envs"
+    requirements = parse_requirements(b"mk-greeting==1.0.0\n")
+    built = install_environment(requirements, registering_host, limits)
+    store = LocalObjectStore(tmp_path / "objects")
+    keep_archive(store, registering_host / built.sha256, built.sha256)
+    assert store.exists(archive_key(built.sha256))
+
+    other_host = tmp_path / "worker-envs"
+    env = ensure_environment(store, other_host, built.sha256)
+    assert env == other_host / built.sha256
+    done = subprocess.run(
+        [
+            str(interpreter(env)),
+            "-I",
+            "-c",
+            "import mk_greeting, pandas; print(pandas.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == harness_pins()["pandas"]
+    assert ensure_environment(store, other_host, built.sha256) == env  # found, not unpacked again
+
+    with pytest.raises(TrainerFailed, match="neither on this host"):
+        ensure_environment(store, tmp_path / "third-host", "0" * 64)
+
+
+def test_the_trainer_pod_mounts_the_environment_read_only() -> None:
+    settings = load_settings(
+        trainer_pipes_client="k8s",
+        trainer_k8s_image="registry.example/marketplace:1.0",
+        trainer_k8s_volume_claim="trainer-runs",
+    )
+    mount = settings.trainer_k8s_volume_mount
+    env = mount / "envs" / ("a" * 64)
+    spec = trainer_pod_spec(settings, mount / "mk-trainer-abc", (10001, 10001), env=env)
+    [container] = spec["containers"]
+    assert container["volumeMounts"][-1] == {
+        "name": "trainer-runs",
+        "mountPath": str(env),
+        "subPath": f"envs/{'a' * 64}",
+        "readOnly": True,
+    }
+    plain = trainer_pod_spec(settings, mount / "mk-trainer-abc", (10001, 10001))
+    assert len(plain["containers"][0]["volumeMounts"]) == 2
