@@ -22,7 +22,8 @@ def install_folder_environment(folder: ModelFolder, settings: Settings) -> Envir
     if folder.requirements is None:
         return None
     started = time.monotonic()
-    print(f"installing requirements.txt with uv ({len(folder.requirements.lines)} packages)…")
+    count = len(folder.requirements.lines)
+    print(f"installing requirements.txt with uv ({count} requirement{'s' if count != 1 else ''})…")
     environment = install_for_folder(folder, settings)
     assert environment is not None
     print(f"{environment.describe()} ready in {time.monotonic() - started:.1f} s")

@@ -4,7 +4,6 @@ an air-gapped host), run in the box, shared, refused when it cannot be, and prun
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -12,48 +11,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from assets.trainers import trainer_pod_spec
 from pipeline.core.config import Settings, load_settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Model
-from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.trainers import StepTrainers
 from pipeline.models.environments import prune_environments
-from pipeline.models.registry import demo_definition
 from pipeline.sandbox.env_archives import archive_key, ensure_environment, keep_archive
 from pipeline.sandbox.envs import EnvLimits, install_environment, interpreter
 from pipeline.sandbox.errors import TrainerFailed
 from pipeline.sandbox.requirements import harness_pins, parse_requirements
 from pipeline.store.objectstore import LocalObjectStore
+from tests.support.model_envs import envs, model_folder, predict
 from tests.support.wheels import repack_installed, write_sdist, write_wheel
 
 pytestmark = pytest.mark.slow
 
 GREETING = {"mk_greeting.py": "def column(name):\n    return name\n"}
-
-TRAIN_PY = """
-import importlib.util
-
-import mk_greeting
-import numpy as np
-
-
-class MostFrequent:
-    def __init__(self, label):
-        self.label = label
-
-    def predict(self, frame):
-        return np.full(len(frame), self.label)
-
-
-def fit(train, target):
-    assert importlib.util.find_spec("sklearn") is None, "the service's packages are visible"
-    return MostFrequent(train[mk_greeting.column(target)].mode().iloc[0])
-"""
 
 
 @pytest.fixture(scope="module")
@@ -74,45 +49,6 @@ def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         patch.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
         yield folder
     assert not built.exists(), "a build script of an sdist ran"
-
-
-def model_folder(root: Path, name: str, requirements: str | None) -> Path:
-    definition = demo_definition().model_dump()
-    definition.update(name=name, estimator=None, trainer="train:fit")
-    root.mkdir(parents=True)
-    (root / "model.json").write_text(json.dumps(definition))
-    (root / "train.py").write_text(TRAIN_PY)
-    if requirements is not None:
-        (root / "requirements.txt").write_text(requirements)
-    return root
-
-
-def envs(settings: Settings) -> list[str]:
-    root = settings.envs_dir
-    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
-
-
-def predict(settings: Settings, db: Database, model_id: int) -> np.ndarray:
-    from pipeline.bootstrap import Services
-
-    services = Services(settings, db=db, store=LocalObjectStore(settings.objects_dir))
-    trainers = StepTrainers(services)
-    try:
-        trainer = trainers.for_model(model_id)
-        assert trainer is not None
-        train = pd.DataFrame(churn_rows(300, seed=3))
-        bench = pd.DataFrame(churn_rows(50, seed=4))
-        output = trainer.predict(
-            train,
-            bench.drop(columns=["churned"]),
-            target="churned",
-            task_type="classification",
-            probabilities=False,
-            y_true=bench["churned"].to_numpy(),
-        )
-        return output.values
-    finally:
-        trainers.close()
 
 
 def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
