@@ -206,7 +206,10 @@ def install_environment(requirements: Requirements, root: Path, limits: EnvLimit
         listed = work / "requirements.txt"
         listed.write_text("\n".join(requirements.install_lines()) + "\n", encoding="utf-8")
         install = ["pip", "install", "--quiet", "--python", str(interpreter(target))]
-        install += ["--only-binary", ":all:", "-r", str(listed)]
+        # Compiled now: the box mounts the environment read-only, and a trainer run that
+        # compiled pandas or scikit-learn from source at each import would spend seconds of
+        # its CPU limit on it.
+        install += ["--only-binary", ":all:", "--compile-bytecode", "-r", str(listed)]
         _uv(install, work, deadline, limits.install_seconds)
         size = _check_size(target, root, limits)
         environment = Environment(key, service_python(), size, installed_packages(target))
