@@ -107,9 +107,6 @@ def prune_environments(
 ) -> Pruned:
     """Remove the environments on this host that no model uses (and their archives), and
     installs left half-done by a killed process; each only once untouched for the grace."""
-    root = settings.envs_dir
-    if not root.is_dir():
-        return Pruned([], 0)
     grace = (
         settings.trainer_env_install_seconds + PRUNE_MARGIN_SECONDS
         if grace_seconds is None
@@ -119,17 +116,27 @@ def prune_environments(
     cutoff = time.time() - grace
     removed: list[str] = []
     freed = 0
-    for child in sorted(root.iterdir()):
-        if child.name in used or _touched_at(child) > cutoff:
-            continue
-        if child.name.startswith(BUILD_PREFIX) or (child / ENV_INFO).is_file():
-            freed += tree_bytes([child])
-            if child.name.startswith(BUILD_PREFIX):
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                _remove(store, root, child.name)
-            removed.append(child.name)
+    for root in environment_roots(settings):
+        for child in sorted(root.iterdir()):
+            if child.name in used or _touched_at(child) > cutoff:
+                continue
+            if child.name.startswith(BUILD_PREFIX) or (child / ENV_INFO).is_file():
+                freed += tree_bytes([child])
+                if child.name.startswith(BUILD_PREFIX):
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    _remove(store, root, child.name)
+                removed.append(child.name)
     return Pruned(removed, freed)
+
+
+def environment_roots(settings: Settings) -> list[Path]:
+    """Where this host keeps environments: its data folder's, and with Kubernetes trainer pods
+    the shared volume's (where run workers unpack them), when mounted here."""
+    roots = [settings.envs_dir]
+    if settings.trainer_pipes_client == "k8s":
+        roots.append(settings.trainer_k8s_volume_mount / "envs")
+    return [root for root in roots if root.is_dir()]
 
 
 __all__ = [
