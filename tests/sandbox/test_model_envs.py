@@ -122,6 +122,8 @@ def test_requirements_that_cannot_be_installed_are_refused_and_nothing_is_stored
     err = _refused(cli, settings, db, model_folder(tmp_path / "m", "churn-refused", requirements))
     assert "requirements.txt cannot be installed; uv says:" in err
     assert said in err
+    if "mk-built" in requirements:
+        assert "has no usable wheels" in err
 
 
 def test_the_harness_conflict_found_by_the_resolver_names_both(
