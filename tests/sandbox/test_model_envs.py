@@ -5,6 +5,8 @@ an air-gapped host), run in the box, shared, refused when it cannot be, and prun
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,12 +16,13 @@ from typing import Any
 import pytest
 
 from assets.trainers import trainer_pod_spec
+from cli.model_folders import prune_at_start
 from pipeline.core.config import Settings, load_settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Model
 from pipeline.models.environments import prune_environments
 from pipeline.sandbox.env_archives import archive_key, ensure_environment, keep_archive
-from pipeline.sandbox.envs import EnvLimits, install_environment, interpreter
+from pipeline.sandbox.envs import ENV_INFO, Environment, EnvLimits, install_environment, interpreter
 from pipeline.sandbox.errors import TrainerFailed
 from pipeline.sandbox.requirements import harness_pins, parse_requirements
 from pipeline.store.objectstore import LocalObjectStore
@@ -29,6 +32,14 @@ from tests.support.wheels import repack_installed, write_sdist, write_wheel
 pytestmark = pytest.mark.slow
 
 GREETING = {"mk_greeting.py": "def column(name):\n    return name\n"}
+
+
+@pytest.fixture
+def backend() -> str:
+    """SQLite only: each test installs an environment, seconds of uv and bytecode compiling,
+    and the store's part is the same on both databases (the model's columns: the migration
+    test, and tests/sandbox/test_model_env_index.py runs on both)."""
+    return "sqlite"
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +102,40 @@ def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
         assert session.get(Model, int(out.strip().splitlines()[-1])).trainer_env == key  # type: ignore[union-attr]
 
 
+@pytest.fixture(scope="module")
+def prebuilt(wheel_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    """One environment of `GREETING_REQUIREMENTS`, installed once for the module's tests that
+    need one already there (`seed`)."""
+    root = tmp_path_factory.mktemp("prebuilt")
+    limits = EnvLimits.from_settings(load_settings())
+    environment = install_environment(parse_requirements(GREETING_REQUIREMENTS), root, limits)
+    PREBUILT_ROOTS[environment.sha256] = root
+    return environment
+
+
+PREBUILT_ROOTS: dict[str, Path] = {}
+GREETING_REQUIREMENTS = b"mk-greeting==1.0.0\n"
+
+
+def seed(environment: Environment, root: Path) -> Path:
+    """The prebuilt environment in `root`, as hard links (an install's cost saved)."""
+
+    def link(source: str, target: str) -> None:
+        if Path(source).name == ENV_INFO:
+            shutil.copy2(source, target)  # its time marks use; never shared
+        else:
+            os.link(source, target)
+
+    target = root / environment.sha256
+    shutil.copytree(
+        PREBUILT_ROOTS[environment.sha256] / environment.sha256,
+        target,
+        symlinks=True,
+        copy_function=link,
+    )
+    return target
+
+
 def _refused(cli: Any, settings: Settings, db: Database, folder: Path) -> str:
     status, out, err = cli("models", "add", str(folder))
     assert status == 1, out
@@ -135,7 +180,30 @@ def test_the_harness_conflict_found_by_the_resolver_names_both(
     assert "mk-old-numpy" in err and f"numpy=={harness_pins()['numpy']}" in err
 
 
-def test_an_environment_over_the_size_limit_is_refused(
+@pytest.mark.parametrize(
+    ("variable", "said"),
+    [
+        ("TRAINER_ENV_MAX_MB", "the environment is"),
+        ("TRAINER_ENVS_MAX_TOTAL_MB", "all environments would use"),
+    ],
+)
+def test_an_environment_over_a_size_limit_is_refused(
+    wheel_folder: Path,
+    cli: Any,
+    settings: Settings,
+    db: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    said: str,
+) -> None:
+    monkeypatch.setenv(variable, "5")
+    folder = model_folder(tmp_path / "m", "churn-refused", "mk-greeting==1.0.0\n")
+    err = _refused(cli, settings, db, folder)
+    assert said in err and f"over the limit of 5 MB ({variable})" in err
+
+
+def test_an_install_over_its_time_limit_is_stopped_and_refused(
     wheel_folder: Path,
     cli: Any,
     settings: Settings,
@@ -143,14 +211,26 @@ def test_an_environment_over_the_size_limit_is_refused(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TRAINER_ENV_MAX_MB", "5")
-    folder = model_folder(tmp_path / "m", "churn-refused", "mk-greeting==1.0.0\n")
-    assert "over the limit of 5 MB (TRAINER_ENV_MAX_MB)" in _refused(cli, settings, db, folder)
+    # An index that accepts connections and never answers: uv waits, the limit stops it.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        monkeypatch.delenv("UV_NO_INDEX")
+        monkeypatch.delenv("UV_FIND_LINKS")
+        monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/simple")
+        monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty-cache"))
+        monkeypatch.setenv("TRAINER_ENV_INSTALL_SECONDS", "2")
+        folder = model_folder(tmp_path / "m", "churn-refused", "mk-greeting==1.0.0\n")
+        started = time.monotonic()
+        err = _refused(cli, settings, db, folder)
+    assert "installing took longer than 2 s (TRAINER_ENV_INSTALL_SECONDS)" in err
+    assert time.monotonic() - started < 20
 
 
 def test_reregistering_without_requirements_removes_the_unused_environment(
-    wheel_folder: Path, cli: Any, settings: Settings, db: Database, tmp_path: Path
+    prebuilt: Environment, cli: Any, settings: Settings, db: Database, tmp_path: Path
 ) -> None:
+    seed(prebuilt, settings.envs_dir)
     folder = model_folder(tmp_path / "m", "churn-greeting", "mk-greeting==1.0.0\n")
     assert cli("models", "add", str(folder))[0] == 0
     assert len(envs(settings)) == 1
@@ -164,12 +244,10 @@ def test_reregistering_without_requirements_removes_the_unused_environment(
 
 
 def test_prune_removes_environments_no_model_uses_once_untouched(
-    wheel_folder: Path, cli: Any, settings: Settings, db: Database
+    prebuilt: Environment, cli: Any, settings: Settings, db: Database
 ) -> None:
-    limits = EnvLimits.from_settings(settings)
-    orphan = install_environment(
-        parse_requirements(b"mk-greeting==1.0.0\n"), settings.envs_dir, limits
-    )
+    orphan = prebuilt
+    seed(orphan, settings.envs_dir)
     store = LocalObjectStore(settings.objects_dir)
     # Just installed: a registration may be about to use it.
     assert prune_environments(db, store, settings).removed == []
@@ -181,13 +259,27 @@ def test_prune_removes_environments_no_model_uses_once_untouched(
     assert envs(settings) == []
 
 
-def test_an_environment_travels_as_an_archive_and_is_unpacked_not_installed(
-    wheel_folder: Path, tmp_path: Path
+def test_a_server_start_prunes_unused_environments(
+    prebuilt: Environment, settings: Settings, db: Database, capsys: Any
 ) -> None:
-    limits = EnvLimits.from_settings(load_settings())
-    registering_host = tmp_path / "envs"
-    requirements = parse_requirements(b"mk-greeting==1.0.0\n")
-    built = install_environment(requirements, registering_host, limits)
+    orphan = prebuilt
+    seed(orphan, settings.envs_dir)
+    old = time.time() - 3600
+    for path in (
+        settings.envs_dir / orphan.sha256 / ".marketplace-env.json",
+        settings.envs_dir / orphan.sha256,
+    ):
+        os.utime(path, (old, old))
+    prune_at_start(settings, "serve")
+    assert envs(settings) == []
+    assert "marketplace serve: removed 1 environments no model uses" in capsys.readouterr().out
+
+
+def test_an_environment_travels_as_an_archive_and_is_unpacked_not_installed(
+    prebuilt: Environment, tmp_path: Path
+) -> None:
+    built = prebuilt
+    registering_host = PREBUILT_ROOTS[built.sha256]
     store = LocalObjectStore(tmp_path / "objects")
     keep_archive(store, registering_host / built.sha256, built.sha256)
     assert store.exists(archive_key(built.sha256))
