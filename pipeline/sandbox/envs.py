@@ -161,8 +161,13 @@ def _uv(args: list[str], cwd: Path, deadline: float, seconds: int) -> None:
 def _compile(env_dir: Path, deadline: float, seconds: int) -> None:
     """Compile the environment's bytecode now: the box mounts it read-only, and a run that
     compiled pandas or scikit-learn at each import would spend seconds of its CPU limit on it.
-    After the size check, so an environment refused for its size is not compiled first."""
-    command = [str(interpreter(env_dir)), "-I", "-m", "compileall", "-q", "-j", "0"]
+    After the size check, so an environment refused for its size is not compiled first.
+
+    Compiled by the service's own interpreter (the environment's is a link to it) with no site
+    processing (-S): the environment's interpreter would run its `.pth` files, which a package
+    may fill with code, here, outside the box."""
+    python = os.path.realpath(sys.executable)
+    command = [python, "-I", "-S", "-m", "compileall", "-q", "-j", "0"]
     try:
         subprocess.run(
             [*command, str(_site_packages(env_dir))],

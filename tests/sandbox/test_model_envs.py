@@ -51,6 +51,12 @@ def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         repack_installed(folder, name)
     write_wheel(folder, "mk-greeting", "1.0.0", GREETING)
     write_wheel(folder, "mk-old-numpy", "1.0.0", {"mk_old_numpy.py": ""}, ["numpy<2"])
+    # A package whose .pth file runs code in every interpreter that starts with it: never on
+    # the service's host, only in the box (where this path does not exist).
+    PTH_MARKER.append(tmp_path_factory.mktemp("pth") / "ran")
+    write_wheel(
+        folder, "mk-pth", "1.0.0", {"mk_pth.pth": f"import os; open({str(PTH_MARKER[0])!r}, 'w')\n"}
+    )
     built = tmp_path_factory.mktemp("built") / "ran"
     setup_py = f"open({str(built)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup()\n"
     write_sdist(folder, "mk-built", "0.1", setup_py)
@@ -62,10 +68,14 @@ def wheel_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert not built.exists(), "a build script of an sdist ran"
 
 
+PTH_MARKER: list[Path] = []
+WITH_PTH = "mk-greeting==1.0.0\nmk-pth==1.0.0\n"
+
+
 def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
     wheel_folder: Path, cli: Any, settings: Settings, db: Database, client: Any, tmp_path: Path
 ) -> None:
-    folder = model_folder(tmp_path / "greeting", "churn-greeting", "mk-greeting==1.0.0\n")
+    folder = model_folder(tmp_path / "greeting", "churn-greeting", WITH_PTH)
     status, out, err = cli("models", "add", str(folder))
     assert status == 0, err
     model_id = int(out.strip().splitlines()[-1])
@@ -78,11 +88,13 @@ def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
     assert f"pandas=={harness_pins()['pandas']}" in (packages or [])
     assert "scikit-learn" not in " ".join(packages or [])
     assert size is not None and size > 10 * 1024 * 1024
+    assert not PTH_MARKER[0].exists(), "code of an installed package ran on the service's host"
 
     # Evaluated in the box with the environment's interpreter: the trainer imports its package
     # and does not see the service's.
     predictions = predict(settings, db, model_id)
     assert len(predictions) == 50 and len(set(predictions.tolist())) == 1
+    assert not PTH_MARKER[0].exists()
 
     [view] = [m for m in client.get("/api/models").json() if m["id"] == model_id]
     assert view["environment"] == {"sha256": key, "size_bytes": size, "packages": packages}
@@ -90,7 +102,7 @@ def test_requirements_install_from_a_local_wheel_folder_and_the_box_runs_them(
     assert f"environment {key}" in out and "mk-greeting==1.0.0" in out
 
     # The same requirements for another model: the environment is shared, nothing installed.
-    other = model_folder(tmp_path / "other", "churn-greeting-2", "# same\nmk-greeting==1.0.0\n")
+    other = model_folder(tmp_path / "other", "churn-greeting-2", "# same\n" + WITH_PTH)
     python = interpreter(settings.envs_dir / key)
     before = os.lstat(python).st_ino
     started = time.monotonic()
