@@ -132,6 +132,13 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
+def _too_slow(seconds: int) -> InvalidInput:
+    return InvalidInput(
+        f"requirements.txt: installing took longer than {seconds} s "
+        "(TRAINER_ENV_INSTALL_SECONDS); nothing was registered"
+    )
+
+
 def _uv(args: list[str], cwd: Path, deadline: float, seconds: int) -> None:
     """Run uv; InvalidInput with its own message when it fails or passes the deadline."""
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
@@ -149,10 +156,7 @@ def _uv(args: list[str], cwd: Path, deadline: float, seconds: int) -> None:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise InvalidInput(
-            f"requirements.txt: installing took longer than {seconds} s "
-            "(TRAINER_ENV_INSTALL_SECONDS); nothing was registered"
-        ) from None
+        raise _too_slow(seconds) from None
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip()[-MAX_MESSAGE_CHARS:]
         raise InvalidInput(f"requirements.txt cannot be installed; uv says:\n{said}")
@@ -178,10 +182,7 @@ def _compile(env_dir: Path, deadline: float, seconds: int) -> None:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise InvalidInput(
-            f"requirements.txt: installing took longer than {seconds} s "
-            "(TRAINER_ENV_INSTALL_SECONDS); nothing was registered"
-        ) from None
+        raise _too_slow(seconds) from None
 
 
 def _site_packages(env_dir: Path) -> Path:
@@ -218,7 +219,8 @@ def install_environment(requirements: Requirements, root: Path, limits: EnvLimit
     final = environment_dir(root, key)
     existing = read_environment(final)
     if existing is not None:
-        # Registration in progress: a pruning that runs now leaves it alone (`prune`).
+        # Marked as in use by a registration: pruning leaves it alone for a while
+        # (pipeline.models.environments).
         os.utime(final / ENV_INFO)
         return existing
     root.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
         predictions.npy   (classes.npy, result.json)        written by the trainer
 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) binds read-only
-only /usr (with the /bin and /lib links), the Python install and the service's site-packages;
+only /usr (with the /bin and /lib links), the Python install and the service's site-packages
+(for a folder with requirements.txt, its own environment instead: `trainer_python`);
 the box is bound read-write at its own path (so Pipes' file paths mean the same inside);
 /tmp is an empty tmpfs (capped at the file-size limit; a Python install under /tmp is bound
 read-only on top of it), the rest read-only. The environment is the launcher's, built from
