@@ -20,6 +20,7 @@ from cli.model_folders import prune_at_start
 from pipeline.core.config import Settings, load_settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Model
+from pipeline.evaluation.trainers import StepTrainers
 from pipeline.models.environments import prune_environments
 from pipeline.sandbox.env_archives import archive_key, ensure_environment, keep_archive
 from pipeline.sandbox.envs import ENV_INFO, Environment, EnvLimits, install_environment, interpreter
@@ -337,3 +338,47 @@ def test_the_trainer_pod_mounts_the_environment_read_only() -> None:
     }
     plain = trainer_pod_spec(settings, mount / "mk-trainer-abc", (10001, 10001))
     assert len(plain["containers"][0]["volumeMounts"]) == 2
+
+
+def test_with_trainer_pods_the_archive_is_stored_and_unpacked_on_the_shared_volume(
+    prebuilt: Environment,
+    cli: Any,
+    settings: Settings,
+    db: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.bootstrap import Services
+    from pipeline.sandbox.runner import SubprocessRunner
+
+    volume = tmp_path / "trainer-runs"
+    for name, value in {
+        "TRAINER_PIPES_CLIENT": "k8s",
+        "TRAINER_K8S_IMAGE": "registry.example/marketplace:1.0",
+        "TRAINER_K8S_VOLUME_CLAIM": "trainer-runs",
+        "TRAINER_K8S_VOLUME_MOUNT": str(volume),
+    }.items():
+        monkeypatch.setenv(name, value)
+    seed(prebuilt, settings.envs_dir)
+    folder = model_folder(tmp_path / "m", "churn-greeting", GREETING_REQUIREMENTS.decode())
+    status, out, err = cli("models", "add", str(folder))
+    assert status == 0, err
+    store = LocalObjectStore(settings.objects_dir)
+    assert store.exists(archive_key(prebuilt.sha256))  # registration stored it
+
+    # The run worker: its runner makes run folders on the shared volume, and the model's
+    # environment is unpacked there from the archive (this host's data folder is not used).
+    k8s = load_settings(
+        marketplace_data_dir=tmp_path / "worker-data",
+        database_url=settings.resolved_database_url,
+    )
+    runner = SubprocessRunner()
+    runner.run_root = volume
+    trainers = StepTrainers(Services(k8s, db=db, store=store), runner)
+    try:
+        trainer = trainers.for_model(int(out.strip().splitlines()[-1]))
+        assert trainer is not None and trainer.env == volume / "envs" / prebuilt.sha256
+        assert interpreter(trainer.env).is_symlink()
+    finally:
+        trainers.close()
+    assert not (tmp_path / "worker-data" / "envs").exists()
