@@ -69,6 +69,9 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     # Installed before the transaction: a refusal stores nothing.
     environment = install_folder_environment(folder, settings)
     with Services(settings) as services:
+        if environment is not None:
+            # Before the transaction too: packing takes seconds, and holds no lock this way.
+            store_archive(services.store, settings, environment)
         with services.db.session() as session:
             owner = owner_from_args(session, args.owner_user, args.owner_org)
             existing = session.scalar(select(Model).where(Model.name == definition.name))
@@ -76,8 +79,6 @@ def cmd_models_add(args: argparse.Namespace) -> int:
                 owner = ModelOwner(user_id=settings.admin_user_id)
             replaced = existing.trainer_env if existing is not None else None
             model = register_model_folder(session, services.store, folder, owner, environment)
-            if environment is not None:
-                store_archive(services.store, settings, environment)
             model_id, current = model.id, model_owner(model)
         remove_if_unused(services.db, services.store, settings, replaced, started)
     print(f"registered model {definition.name!r}, owned by {owner_text(current)}")

@@ -5,7 +5,8 @@ other hosts, and removed once no model uses them.
 slow the first time, found the next), then stores the model in one transaction with the
 environment's key, size and packages; a refusal stores nothing. Where trainers run on other
 hosts (an S3 object store, Kubernetes trainer pods: `archives_needed`), the environment's
-archive goes to the object store in that transaction too (`pipeline.sandbox.env_archives`).
+archive goes to the object store first (`pipeline.sandbox.env_archives`); one left by a refused
+transaction is removed with its environment by the next pruning.
 
 Environments no model uses are removed (`prune_environments`): the one a re-registration
 replaced, right after it (`remove_if_unused`); all of them at `marketplace serve` and `dev`
