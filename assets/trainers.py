@@ -78,7 +78,9 @@ class PipesTrainerRunner:
             command=run.command,
             namespace=self.settings.trainer_k8s_namespace,
             base_pod_meta={"labels": TRAINER_LABEL},
-            base_pod_spec=trainer_pod_spec(self.settings, run.dir, owner_of(run.dir)),
+            base_pod_spec=trainer_pod_spec(
+                self.settings, run.dir, owner_of(run.dir), env=run.job.env
+            ),
         )
 
 
@@ -136,9 +138,12 @@ def owner_of(run_dir: Path) -> tuple[int, int]:
     return status.st_uid, status.st_gid
 
 
-def trainer_pod_spec(settings: Settings, run_dir: Path, owner: tuple[int, int]) -> dict[str, Any]:
+def trainer_pod_spec(
+    settings: Settings, run_dir: Path, owner: tuple[int, int], env: Path | None = None
+) -> dict[str, Any]:
     """The trainer pod: limits from the settings, no service-account token, no capabilities,
-    only its own run folder of the shared volume mounted, and an empty /tmp of its own.
+    only its own run folder of the shared volume mounted, and an empty /tmp of its own; for a
+    model with requirements, its environment too, read-only (`env_mounts`).
 
     It runs as `owner`, the run folder's maker: the folder is private to that user (mode
     0700), and the pod sees no other file of the share. A run worker running as root is
@@ -195,10 +200,27 @@ def trainer_pod_spec(settings: Settings, run_dir: Path, owner: tuple[int, int]) 
                         "subPath": str(run_dir.relative_to(mount)),
                     },
                     {"name": TMP_VOLUME, "mountPath": "/tmp"},
+                    *env_mounts(settings, env),
                 ],
             }
         ],
     }
+
+
+def env_mounts(settings: Settings, env: Path | None) -> list[dict[str, Any]]:
+    """The model's environment, unpacked once by the run worker from its archive into the
+    shared volume (`envs/KEY`, pipeline.sandbox.env_archives), mounted read-only at the same
+    path: the trainer runs that environment's interpreter, and cannot change it."""
+    if env is None:
+        return []
+    return [
+        {
+            "name": RUN_VOLUME,
+            "mountPath": str(env),
+            "subPath": str(env.relative_to(settings.trainer_k8s_volume_mount)),
+            "readOnly": True,
+        }
+    ]
 
 
 def trainer_network_policy(namespace: str) -> dict[str, Any]:

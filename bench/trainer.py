@@ -14,6 +14,14 @@ sandbox of `pipeline.sandbox` (launcher, bubblewrap, limits) by the plain subpro
 the same launcher the Dagster Pipes runner starts. Both must reach the same scores; the
 figures say so. Valuation needs no HTTP, so no server is started.
 
+With its own environment (issue 37): the first registration of a folder whose
+requirements.txt names one package with a wheel (`inflection`), installed with uv from the
+package index into a fresh uv cache (the first install on a new host); a second registration
+with the same requirements, which shares the environment (goal: under 1 s); and the sandboxed
+evaluation again, its train.py run with an environment of its own whose requirements.txt pins
+scikit-learn and what it needs at the service's versions (so the scores are the same), against
+the same fit in process (`env_ratio`, goal ≤ 1.3 like `ratio`). Needs the package index.
+
 Cost is CPU seconds of this process and of its children (the launcher, and the sandboxed
 fits as the harness reports them: bubblewrap's PID namespace hides them from this process's
 accounting), which other load on a shared machine disturbs far less than wall time; wall
@@ -28,12 +36,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
+import io
+import json
+import os
 import resource
+import shutil
 import sys
 import tempfile
 import textwrap
 import time
 from collections.abc import Callable
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -47,6 +61,7 @@ from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
+from pipeline.sandbox.envs import interpreter
 from pipeline.sandbox.outcome import TrainerOutput
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SandboxLimits
@@ -165,6 +180,77 @@ def _pieces(frame: pd.DataFrame, count: int) -> list[pd.DataFrame]:
     return [frame.iloc[i : i + size].reset_index(drop=True) for i in range(0, len(frame), size)]
 
 
+def _register(folder: Path) -> tuple[float, dict[str, Any]]:
+    """`marketplace models add FOLDER` in process on the temporary store: wall seconds, and the
+    model's view (`GET /api/models`'s entry)."""
+    from cli.main import main as cli_main
+    from pipeline.bootstrap import Services
+    from pipeline.core.config import get_settings
+    from pipeline.models.registry import find_model
+
+    started = time.perf_counter()
+    with redirect_stdout(io.StringIO()):
+        status = cli_main(["models", "add", str(folder)])
+    seconds = time.perf_counter() - started
+    if status != 0:
+        raise SystemExit(f"registering {folder} failed")
+    with Services(get_settings()) as services, services.db.session() as session:
+        model = find_model(session, json.loads((folder / "model.json").read_text())["name"])
+        return seconds, {"env": model.trainer_env, "bytes": model.trainer_env_bytes}
+
+
+def _env_folder(root: Path, name: str, requirements: str, train_py: str = TRAIN_PY) -> Path:
+    from pipeline.models.registry import demo_definition
+
+    definition = demo_definition().model_dump()
+    definition.update(name=name, estimator=None, trainer="train:fit")
+    root.mkdir(parents=True)
+    (root / "model.json").write_text(json.dumps(definition))
+    (root / "train.py").write_text(textwrap.dedent(train_py))
+    (root / "requirements.txt").write_text(requirements)
+    return root
+
+
+def _service_pins(*names: str) -> str:
+    """requirements.txt lines pinning packages (and what they need) at the service's versions."""
+    from packaging.requirements import Requirement
+
+    pins: dict[str, str] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in pins:
+            continue
+        pins[name] = importlib.metadata.version(name)
+        for text in importlib.metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+
+
+def environments(tmp: Path) -> Path:
+    """Registrations with requirements on a temporary store; the sklearn environment's path."""
+    from pipeline.bootstrap import prepare_store
+    from pipeline.core.config import get_settings
+
+    os.environ["MARKETPLACE_DATA_DIR"] = str(tmp / "data")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ["UV_CACHE_DIR"] = str(tmp / "uv-cache")  # a new host's first install
+    get_settings.cache_clear()
+    prepare_store(get_settings())
+    one = "inflection==0.5.1\n"
+    first, view = _register(_env_folder(tmp / "a", "env-first", one))
+    second, again = _register(_env_folder(tmp / "b", "env-second", one))
+    print(f"env_first_registration_seconds: {first:.3f}")
+    print(f"env_size_mb: {view['bytes'] / 1024 / 1024:.1f}")
+    print(f"env_second_registration_seconds: {second:.3f}")
+    print(f"env_shared: {view['env'] == again['env']}")
+    pins = _service_pins("scikit-learn")
+    _, fitted = _register(_env_folder(tmp / "c", "env-sklearn", pins))
+    return get_settings().envs_dir / str(fitted["env"])
+
+
 def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
     bench = pd.DataFrame(churn_rows(bench_rows, seed=1))
     base = pd.DataFrame(churn_rows(rows, seed=2))
@@ -196,6 +282,24 @@ def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
         )
         batch_cpu, _, _ = timed(lambda: reference(sandboxed, base, contribution, boxed, pieces=4))
 
+        # Apart from the model folder, which each run copies into its box.
+        env_tmp = Path(tempfile.mkdtemp(prefix="bench-envs-"))
+        env = environments(env_tmp)
+        assert interpreter(env).exists()
+        CountedTrainer.reported.clear()
+        own = CountedTrainer(
+            folder,
+            "train:fit",
+            SubprocessRunner(),
+            SandboxLimits.from_settings(settings),
+            settings.trainer_isolation,
+            env=env,
+        )
+        with_env = BenchmarkScorer(bench, estimator=None, trainer=own, **OPTIONS)  # type: ignore[arg-type]
+        env_cpu, env_wall, env_run = timed(lambda: evaluate(with_env, base, contribution))
+        env_cpu += sum(CountedTrainer.reported)
+        shutil.rmtree(env_tmp, ignore_errors=True)
+
     print(f"in_process_cpu_seconds: {inside_cpu:.3f}")
     print(f"in_process_wall_seconds: {inside_wall:.3f}")
     print(f"sandboxed_cpu_seconds: {boxed_cpu:.3f}")
@@ -212,6 +316,16 @@ def run(rows: int, contribution_rows: int, bench_rows: int) -> None:
     print(f"reference_check_wall_seconds: {check_wall:.3f}")
     print(f"reference_check_batch_4_cpu_seconds: {batch_cpu:.3f}")
     print(f"reference_check_share: {check_cpu / boxed_cpu:.3f}")
+
+    print(f"env_sandboxed_cpu_seconds: {env_cpu:.3f}")
+    print(f"env_sandboxed_wall_seconds: {env_wall:.3f}")
+    print(f"env_scores: {env_run.score_without:.6f} -> {env_run.score_with:.6f}")
+    env_same = (env_run.score_without, env_run.score_with) == (
+        boxed.score_without,
+        boxed.score_with,
+    )
+    print(f"env_same_scores: {env_same}")
+    print(f"env_ratio: {env_cpu / inside_cpu:.3f}")
     print(f"wall_ratio: {boxed_wall / inside_wall:.3f}")
     print(f"ratio: {boxed_cpu / inside_cpu:.3f}")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from sqlalchemy import select
 
+from cli import model_folders
 from cli.devmode import (
     announce_when_ready,
     dev_banner,
@@ -20,24 +20,21 @@ from cli.devmode import (
     quiet_dagster_environment,
     sandbox_warning,
 )
+from cli.model_folders import cmd_models_add, owner_from_args, owner_text
 from cli.processes import SupervisedTree, serve_app, serve_workers, signals_noted
-from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
 from pipeline.models.registry import (
-    ModelOwner,
     find_model,
     list_models,
-    load_model_path,
     model_owner,
     model_recipe,
-    register_model_folder,
     set_model_owner,
 )
 from pipeline.rewards.ledger import accepted_data
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    pass
 
 # A few imports stay inside the commands that need them, so that `marketplace --help` and the
 # commands that do not need them start fast; each says what it costs.
@@ -63,38 +60,6 @@ def cmd_db_upgrade(_: argparse.Namespace) -> int:
     return 0
 
 
-def _owner_from_args(session: Session, user: str | None, org: str | None) -> ModelOwner | None:
-    """--owner-user / --owner-org as a ModelOwner (an organization by id or name), or None."""
-    if org is not None:
-        return ModelOwner(org_id=find_org(session, org).id)
-    if user is not None:
-        return ModelOwner(user_id=user)
-    return None
-
-
-def cmd_models_add(args: argparse.Namespace) -> int:
-    # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
-
-    settings = _settings()
-    prepare_store(settings)
-    path = Path(args.file)
-    folder = load_model_path(path)
-    definition = folder.definition
-    with Services(settings) as services, services.db.session() as session:
-        owner = _owner_from_args(session, args.owner_user, args.owner_org)
-        existing = session.scalar(select(Model).where(Model.name == definition.name))
-        if owner is None and (existing is None or model_owner(existing) is None):
-            owner = ModelOwner(user_id=settings.admin_user_id)
-        model = register_model_folder(session, services.store, folder, owner)
-        model_id, current = model.id, model_owner(model)
-    print(f"registered model {definition.name!r}, owned by {_owner_text(current)}")
-    if folder.sha256 is not None:
-        print(f"trainer {definition.trainer} from {path}, folder sha256 {folder.sha256}")
-    print(model_id)
-    return 0
-
-
 def cmd_models_set_owner(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
     from pipeline.bootstrap import Services, prepare_store
@@ -102,17 +67,13 @@ def cmd_models_set_owner(args: argparse.Namespace) -> int:
     settings = _settings()
     prepare_store(settings)
     with Services(settings) as services, services.db.session() as session:
-        owner = _owner_from_args(session, args.user, args.org)
+        owner = owner_from_args(session, args.user, args.org)
         assert owner is not None  # the parser requires one of --user and --org
         model = find_model(session, args.model)
         set_model_owner(model, owner)
         model_id, name, current = model.id, model.name, model_owner(model)
-    print(f"model {model_id} ({name}) is owned by {_owner_text(current)}")
+    print(f"model {model_id} ({name}) is owned by {owner_text(current)}")
     return 0
-
-
-def _owner_text(owner: ModelOwner | None) -> str:
-    return owner.describe() if owner is not None else "nobody"
 
 
 def cmd_models_list(_: argparse.Namespace) -> int:
@@ -125,12 +86,14 @@ def cmd_models_list(_: argparse.Namespace) -> int:
         for model in list_models(session):
             print(
                 f"{model.id}\t{model.name}\t{model.task_type}\ttarget={model.target_column}"
-                f"\towner={_owner_text(model_owner(model))}\t{_trained_by(model)}"
+                f"\towner={owner_text(model_owner(model))}\t{_trained_by(model)}"
             )
             if model.trainer_failure:
                 lines = model.trainer_failure.splitlines()
                 print(f"\ttrainer failed {lines[0]}")
                 print("".join(f"\t  {line}\n" for line in lines[1:]), end="")
+            for line in model_folders.environment_lines(model):
+                print(line)
     return 0
 
 
@@ -253,6 +216,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not prepare_store_apart(settings):
         print("marketplace serve: preparing the store failed (see above)", file=sys.stderr)
         return 1
+    model_folders.prune_at_start(settings, "serve")
     if args.workers == 1:
         _serve_api(settings, args.host, args.port)
         return 0
@@ -343,6 +307,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         flush=True,
     )
     prepare_store(settings)
+    model_folders.prune_at_start(settings, "dev")
     env = dagster_environment(settings)
     quiet_dagster_environment(env)
     command = [
@@ -427,6 +392,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     owner.add_argument("--owner-org", help="organization id or name of the owner")
     add.set_defaults(handler=cmd_models_add)
     models_sub.add_parser("list", help="list models").set_defaults(handler=cmd_models_list)
+    model_folders.register(models_sub)
     set_owner = models_sub.add_parser(
         "set-owner", help="give a model to a user or an organization (who may change its benchmark)"
     )

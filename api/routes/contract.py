@@ -40,6 +40,17 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
                     if m.trainer is not None
                     else None
                 ),
+                # The environment its folder's requirements.txt installed (docs/sandbox.md);
+                # null without one.
+                "environment": (
+                    {
+                        "sha256": m.trainer_env,
+                        "size_bytes": m.trainer_env_bytes,
+                        "packages": m.trainer_env_packages or [],
+                    }
+                    if m.trainer_env is not None
+                    else None
+                ),
                 "min_improvement_pct": m.min_improvement_pct,
             }
             for m in list_models(session)

@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     # A ReadWriteMany volume claim mounted by the Dagster run worker and the trainer pods.
     trainer_k8s_volume_claim: str | None = None
     trainer_k8s_volume_mount: Path = Path("/var/lib/marketplace/trainer-runs")
+    # Environments installed from model folders' requirements.txt (docs/sandbox.md,
+    # "Requirements"): one environment's size, its install time, and all of them together.
+    trainer_env_max_mb: int = Field(default=2048, ge=1)
+    trainer_env_install_seconds: int = Field(default=600, ge=1)
+    trainer_envs_max_total_mb: int = Field(default=20480, ge=1)
 
     # Service wiring. development: what only `marketplace dev` may do (a plain tcp:// dask
     # scheduler off this host); `marketplace dev` sets it.
@@ -185,6 +190,10 @@ class Settings(BaseSettings):
     @property
     def objects_dir(self) -> Path:
         return self.data_dir / "objects"
+
+    @property
+    def envs_dir(self) -> Path:
+        return self.data_dir / "envs"
 
     @property
     def dagster_home(self) -> Path:

@@ -115,6 +115,11 @@ class Model(Base):
     # The owner's view of the trainer's last failure (reason and stderr tail); None after a
     # run that trained it without failing.
     trainer_failure: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The environment its folder's requirements.txt installed (pipeline.sandbox.envs): its
+    # key, size in bytes and `name==version` packages; None for a folder without one.
+    trainer_env: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    trainer_env_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    trainer_env_packages: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     # The whole recipe (estimator, parameters, preprocessing: pipeline.models.estimators.Recipe);
     # None for models registered before recipes, whose recipe is `estimator` alone, and for
     # models with the owner's trainer.

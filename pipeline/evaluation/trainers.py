@@ -4,7 +4,7 @@ A model registered from a folder with a `trainer` is trained by that code, in th
 (`pipeline.sandbox`), instead of a listed estimator. `StepTrainers` fetches each model's
 folder from the object store once per step (checking its content hash), unpacks it, and
 hands the scorer an `OwnerTrainer` with the step's runner (Pipes in Dagster, a plain
-subprocess elsewhere).
+subprocess elsewhere) and, for a folder with requirements, its environment on this host.
 
 When the code fails (`TrainerFailed`), it is never the contribution's fault: the batch's
 contributions are given back (`pipeline.evaluation.leases.give_back`: `queued`, or `failed`
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import update
@@ -26,6 +27,7 @@ from pipeline.core.tables import Model, isoformat_utc, utcnow
 from pipeline.evaluation.batches import VersionItem
 from pipeline.evaluation.leases import give_back
 from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.sandbox.env_archives import ensure_environment
 from pipeline.sandbox.errors import CONTRIBUTOR_TEXT, TrainerFailed
 from pipeline.sandbox.folders import extracted, trainer_key
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner, TrainerRunner
@@ -62,6 +64,7 @@ class StepTrainers:
             model = session.get(Model, model_id)
             entry = model.trainer if model is not None else None
             sha256 = model.trainer_sha256 if model is not None else None
+            env_key = model.trainer_env if model is not None else None
         if entry is None or sha256 is None:
             return None
         settings = self.svc.settings
@@ -88,7 +91,16 @@ class StepTrainers:
             SandboxLimits.from_settings(settings),
             settings.trainer_isolation,
             sha256,
+            env=self._environment(env_key),
         )
+
+    def _environment(self, key: str | None) -> Path | None:
+        """The model's environment on this host (unpacked from its archive if need be; never
+        installed): under the runner's run folders where they are shared with trainer pods."""
+        if key is None:
+            return None
+        root = self.runner.run_root / "envs" if self.runner.run_root else self.svc.settings.envs_dir
+        return ensure_environment(self.svc.store, root, key)
 
     def close(self) -> None:
         self._stack.close()

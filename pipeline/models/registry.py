@@ -27,6 +27,7 @@ from pipeline.demo import DEMO_DIR
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
 from pipeline.models.recipe_checks import check_recipe
+from pipeline.sandbox.envs import Environment
 from pipeline.sandbox.folders import (
     check_entry,
     definition_file,
@@ -34,6 +35,7 @@ from pipeline.sandbox.folders import (
     parse_entry,
     trainer_key,
 )
+from pipeline.sandbox.requirements import REQUIREMENTS_FILE, Requirements, folder_requirements
 
 if TYPE_CHECKING:
     from pipeline.store.objectstore import ObjectStore
@@ -165,16 +167,24 @@ class ModelFolder:
     definition: ModelDefinition
     archive: bytes | None = None  # None: a definition with an estimator, no code to keep
     sha256: str | None = None
+    # Its requirements.txt, checked (pipeline.sandbox.requirements); None: the service's packages.
+    requirements: Requirements | None = None
 
 
 def load_model_folder(folder: Path) -> ModelFolder:
     """A model folder's definition and, for a trainer, its checked and packed code."""
     definition = load_definition(definition_file(folder))
     if definition.trainer is None:
+        if (folder / REQUIREMENTS_FILE).exists():
+            raise InvalidInput(
+                f"{REQUIREMENTS_FILE} is for a model with a trainer (its own code); a listed "
+                "estimator runs with the service's packages"
+            )
         return ModelFolder(definition, None, None)
     check_entry(folder, definition.trainer)
+    requirements = folder_requirements(folder)
     archive, sha256 = pack_folder(folder)
-    return ModelFolder(definition, archive, sha256)
+    return ModelFolder(definition, archive, sha256, requirements)
 
 
 def load_model_path(path: Path) -> ModelFolder:
@@ -231,11 +241,13 @@ def register_model(
     owner: ModelOwner | None = None,
     *,
     trainer_sha256: str | None = None,
+    environment: Environment | None = None,
 ) -> Model:
     """Add a model, or update the one with the same name (bumping its spec version).
 
     `owner`, when given, becomes the model's owner; otherwise an existing model keeps its own.
-    A definition with a trainer needs the hash of its stored folder (`trainer_sha256`).
+    A definition with a trainer needs the hash of its stored folder (`trainer_sha256`), and
+    the environment its requirements installed, if it has any.
     """
     if (definition.trainer is None) != (trainer_sha256 is None):
         raise InvalidInput(
@@ -250,12 +262,18 @@ def register_model(
         if existing.trainer_sha256 != trainer_sha256:
             existing.trainer_sha256 = trainer_sha256
             existing.trainer_failure = None
+        for field, value in Environment.model_columns(environment).items():
+            setattr(existing, field, value)
         if owner is not None:
             set_model_owner(existing, owner)
         session.flush()
         return existing
     model = Model(
-        **definition.table_columns(), trainer_sha256=trainer_sha256, spec_version=1, last_version=0
+        **definition.table_columns(),
+        **Environment.model_columns(environment),
+        trainer_sha256=trainer_sha256,
+        spec_version=1,
+        last_version=0,
     )
     if owner is not None:
         set_model_owner(model, owner)
@@ -265,14 +283,23 @@ def register_model(
 
 
 def register_model_folder(
-    session: Session, store: ObjectStore, folder: ModelFolder, owner: ModelOwner | None = None
+    session: Session,
+    store: ObjectStore,
+    folder: ModelFolder,
+    owner: ModelOwner | None = None,
+    environment: Environment | None = None,
 ) -> Model:
-    """Register a model from its folder; a trainer's packed folder is stored by its hash.
+    """Register a model from its folder; a trainer's packed folder is stored by its hash, with
+    the environment its requirements installed (`pipeline.models.environments`).
 
     The object is written inside the caller's transaction: if the write fails, nothing is
     registered (an object left by a failed commit is unreferenced and harmless).
     """
-    model = register_model(session, folder.definition, owner, trainer_sha256=folder.sha256)
+    if (folder.requirements is None) != (environment is None):
+        raise InvalidInput(f"a folder with {REQUIREMENTS_FILE} is registered with its environment")
+    model = register_model(
+        session, folder.definition, owner, trainer_sha256=folder.sha256, environment=environment
+    )
     if folder.archive is not None and folder.sha256 is not None:
         store.put_bytes(trainer_key(model.id, folder.sha256), folder.archive)
     return model

@@ -73,6 +73,9 @@ class OwnerTrainer:
     # The stored folder's content hash: part of the "without" cache key (a new trainer is
     # another model).
     sha256: str = ""
+    # The model's own environment (pipeline.sandbox.envs), unpacked on this host; None: the
+    # service's packages.
+    env: Path | None = None
 
     def predict(
         self,
@@ -86,7 +89,9 @@ class OwnerTrainer:
     ) -> TrainerOutput:
         """Fit on `train` in the sandbox and predict `features`, checked
         (`pipeline.sandbox.predictions`); TrainerFailed otherwise."""
-        job = TrainerJob(self.folder, self.entry, target, train, features, probabilities)
+        job = TrainerJob(
+            self.folder, self.entry, target, train, features, probabilities, env=self.env
+        )
         run = SandboxRun(
             job, self.limits, self.runner.isolation or self.isolation, root=self.runner.run_root
         )

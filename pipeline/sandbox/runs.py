@@ -17,7 +17,8 @@ clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the 
 bubblewrap (`--unshare-all`: no network, own PID/IPC/UTS/user namespaces) runs the harness as
 an unprivileged uid with no capabilities and no right to make further user namespaces, and
 binds read-only only /usr (with the /bin and /lib links), the Python install and the service's
-site-packages; the box is bound read-write at its own path (so Pipes' file paths mean the same
+site-packages (for a folder with requirements.txt, its own environment instead:
+`trainer_python`); the box is bound read-write at its own path (so Pipes' file paths mean the same
 inside); /tmp and /dev/shm are empty tmpfs (/tmp capped at the file-size limit, a Python install
 under /tmp bound read-only on top of it; /dev/shm at `SHM_MB`), the rest read-only. When the
 service runs as root, the launcher starts bubblewrap as `TRAINER_ID` (65534, nobody) and the
@@ -121,6 +122,9 @@ class TrainerJob:
     train: pd.DataFrame  # features and target
     features: pd.DataFrame  # the benchmark's features, same columns as train's minus target
     probabilities: bool
+    # The model's own environment (its requirements.txt: pipeline.sandbox.envs); None: the
+    # service's interpreter and site-packages.
+    env: Path | None = None
 
 
 def python_paths() -> tuple[str, list[str]]:
@@ -128,6 +132,16 @@ def python_paths() -> tuple[str, list[str]]:
     executable = os.path.realpath(sys.executable)
     dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
     return executable, [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def trainer_python(env: Path | None) -> tuple[str, list[str], list[str]]:
+    """The interpreter the harness runs with, the site-packages folders it adds, and the
+    folders bound read-only for them: the service's own, or a model environment's (whose
+    interpreter finds its own site-packages, and nothing of the service's)."""
+    executable, site_dirs = python_paths()
+    if env is None:
+        return executable, site_dirs, site_dirs
+    return str(env / "bin" / "python"), [], [str(env)]
 
 
 def bwrap_path() -> str | None:
@@ -217,9 +231,11 @@ def _ro_binds(executable: str, site_dirs: Sequence[str]) -> list[str]:
     return args
 
 
-def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
+def sandbox_command(
+    box: Path, isolation: str, tmp_bytes: int, env: Path | None = None
+) -> list[str]:
     """The command the launcher starts: the harness, inside bubblewrap unless isolation=none."""
-    executable, site_dirs = python_paths()
+    executable, site_dirs, ro_dirs = trainer_python(env)
     harness = [executable, "-I", str(box / "harness.py"), str(box), *site_dirs]
     if isolation == "none":
         return harness
@@ -235,7 +251,7 @@ def sandbox_command(box: Path, isolation: str, tmp_bytes: int) -> list[str]:
         str(tmp_bytes),
         "--tmpfs",
         "/tmp",
-        *_ro_binds(executable, site_dirs),
+        *_ro_binds(python_paths()[0], ro_dirs),
         "--proc",
         "/proc",
         "--dev",
@@ -295,7 +311,9 @@ class SandboxRun:
         if user is not None:
             _hand_over(self.dir, self.box, user)
         launch: dict[str, Any] = {
-            "command": sandbox_command(self.box, isolation, self.limits.file_size_mb * 1024 * 1024),
+            "command": sandbox_command(
+                self.box, isolation, self.limits.file_size_mb * 1024 * 1024, self.job.env
+            ),
             "cwd": str(self.box),
             "env": {**FIXED_ENV, "HOME": str(self.box)},
             "pass_env": list(PIPES_ENV),
