@@ -74,7 +74,8 @@ def _owner_from_args(session: Session, user: str | None, org: str | None) -> Mod
 
 def cmd_models_add(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)
@@ -97,7 +98,8 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 def cmd_models_set_owner(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)
@@ -117,7 +119,8 @@ def _owner_text(owner: ModelOwner | None) -> str:
 
 def cmd_models_list(_: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)
@@ -144,7 +147,8 @@ def _trained_by(model: Model) -> str:
 def cmd_models_accepted(args: argparse.Namespace) -> int:
     """Audit of a model's training data: accepted versions, who contributed them, their shares."""
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)

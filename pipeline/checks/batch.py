@@ -45,7 +45,7 @@ from pipeline.store.json_columns import decode_json_cell
 from pipeline.store.reading import JSON_COLUMNS_ATTR, UnreadableDataset
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from pipeline.evaluation.rescore import guarded_rescore, rescore_model, rescore_
 from pipeline.evaluation.trainers import record_trainer_failure
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
     from pipeline.sandbox.runner import TrainerRunner
+    from pipeline.services import Services
 
 
 def evaluate_batch(

@@ -71,7 +71,7 @@ from pipeline.rewards.valuation import (
 from pipeline.sandbox.errors import TrainerFailed
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

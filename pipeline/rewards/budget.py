@@ -56,7 +56,7 @@ from pipeline.rewards.manifests import recipients
 from pipeline.rewards.valuation import BatchValuation
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 OWN = "own"
 NEWCOMER = "newcomer"

@@ -52,7 +52,7 @@ from pipeline.rewards.manifest_sources import resolve_manifest
 from pipeline.rewards.manifests import recipients
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import (
@@ -37,6 +36,7 @@ from pipeline.evaluation.model_claims import (
     release_model,
 )
 from pipeline.rewards.payouts import pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
 

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import select
 
 from cli.main import main
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.core.config import get_settings
 from pipeline.core.db import Database
@@ -34,6 +33,7 @@ from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,

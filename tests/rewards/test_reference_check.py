@@ -19,7 +19,6 @@ from sqlalchemy import func, select
 
 from assets.evaluation import evaluation_metadata, evaluation_status
 from cli.main import main
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
 from pipeline.core.errors import NotFound
@@ -33,6 +32,7 @@ from pipeline.rewards.payouts import pay_batch
 from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 from pipeline.sandbox.runs import bwrap_path
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,

@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import (
     describe_batch,
     run_integrity_checks,
@@ -27,6 +26,7 @@ from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.intake.contributions import ContributionRequest, submit_contribution
 from pipeline.models.registry import ModelDefinition, allocate_version, register_model
 from pipeline.rewards.payouts import RewardOutcome, pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import ObjectStore, dataset_key
 
 DEMO_MODEL = 1
