@@ -30,7 +30,7 @@ opening fresh accounts therefore gets no fresh budget: its accounts spend the on
 budget together, which starts again only when some newcomer's try is accepted.
 
 Tries are rows of `valuation_tries` (and their identities), written in the transaction of the
-verdicts (`pipeline.evaluation.batch_valuation`), so budgets survive restarts.
+verdicts (`pipeline.rewards.batch_valuation`), so budgets survive restarts.
 """
 
 from __future__ import annotations

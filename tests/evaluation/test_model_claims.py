@@ -27,7 +27,6 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.claims import claim_run_batch
 from pipeline.evaluation.model_claims import (
     ModelBusy,
@@ -35,6 +34,7 @@ from pipeline.evaluation.model_claims import (
     model_holder,
     release_model,
 )
+from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.payouts import pay_batch
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore

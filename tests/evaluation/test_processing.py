@@ -481,8 +481,8 @@ def test_a_run_stopped_before_rewards_is_paid_by_the_next_run(
     svc: Services, db: Database, store: LocalObjectStore
 ) -> None:
     from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
-    from pipeline.evaluation.batch_scoring import evaluate_batch
     from pipeline.evaluation.claims import claim_batch
+    from pipeline.rewards.batch_scoring import evaluate_batch
 
     add_benchmark(db, store)
     job_id, version = contribute(db, store, with_manifest=manifest())
