@@ -24,10 +24,9 @@ from pipeline.core.db import Database
 from pipeline.core.errors import NotFound
 from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, Contribution, RewardEntry
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation import batch_valuation
 from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.rewards import holds
+from pipeline.rewards import batch_valuation, holds
 from pipeline.rewards.payouts import pay_batch
 from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
