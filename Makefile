@@ -45,6 +45,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy --strict pipeline
+	$(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) .marketplace

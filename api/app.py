@@ -23,9 +23,10 @@ from api.routes import (
     schedules,
     web,
 )
-from pipeline.bootstrap import Services, remove_abandoned_temp_files
+from pipeline.bootstrap import remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.process_memory import configure_process_memory
+from pipeline.services import Services
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.

@@ -20,8 +20,8 @@ from assets.resources import MarketplaceResource
 from pipeline.checks.batch import CheckOutcome, verdict
 from pipeline.core.db import Database
 from pipeline.evaluation.batches import Batch, StepResult
-from pipeline.evaluation.standing import version_standing
 from pipeline.intake.catalog import version_facts
+from pipeline.intake.standing import version_standing
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> dg.MetadataValue:

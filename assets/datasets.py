@@ -38,8 +38,8 @@ from pipeline.checks.batch import (
     run_pii_scans,
     run_quality_checks,
 )
-from pipeline.evaluation import standing as stages
 from pipeline.evaluation.batches import StepResult
+from pipeline.intake import standing as stages
 from pipeline.intake.catalog import SpecColumn, VersionFacts, model_spec_columns, version_facts
 
 GROUP = "dataset_versions"

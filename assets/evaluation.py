@@ -26,12 +26,12 @@ from assets.resources import MarketplaceResource
 from assets.trainers import PipesTrainerRunner
 from pipeline.core.db import Database
 from pipeline.core.tables import BENCHMARK_VERSION, EVALUATING, FAILED, REJECTED, REWARDED
-from pipeline.evaluation import standing as stages
-from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.batches import Batch, StepResult
 from pipeline.evaluation.outcomes import EvaluationOutcome
-from pipeline.evaluation.standing import VersionStanding, version_standing
+from pipeline.intake import standing as stages
 from pipeline.intake.catalog import version_facts
+from pipeline.intake.standing import VersionStanding, version_standing
+from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.payouts import ALREADY_PAID, RewardOutcome, pay_batch
 
 

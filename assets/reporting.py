@@ -17,7 +17,7 @@ not handled by the next, so its partition keeps the failed check and misses the 
 The run's own partition gets an output where the asset has one to give; when its version was
 not handled in this run (settled earlier, or held by another run), it says where the version
 stands. A check that did not judge the own version in this run reports no new verdict: it logs
-the standing decision its stage made earlier (`pipeline.evaluation.standing`), so the check that
+the standing decision its stage made earlier (`pipeline.intake.standing`), so the check that
 rejected a version stays the red one, and a check that never ran on a version shows nothing.
 Why events in the run, rather than one run per version or runless events: docs/dagster.md.
 """
@@ -39,8 +39,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from assets.partitions import dataset_versions, partition_key
 from pipeline.core.db import Database
 from pipeline.evaluation.batches import Batch
-from pipeline.evaluation.standing import version_standing
 from pipeline.intake.catalog import VersionFacts, version_facts
+from pipeline.intake.standing import version_standing
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Every field left unset comes from the environment through `pipeline.core.config.Settings`, so the
 production `Definitions` use `MarketplaceResource()` (see `resource_defs`); tests build one with
-`MarketplaceResource.from_settings(settings)`. The parts come from the composition root
-(`pipeline.bootstrap.Services`). The database engine lives for the run's execution (its steps
+`MarketplaceResource.from_settings(settings)`. The parts are a `Services`
+(`pipeline.services`). The database engine lives for the run's execution (its steps
 share one process), and so does a `LeaseKeeper` renewing the claims of the run
 (`pipeline.evaluation.leases`): when the process dies, the run's claims run out and the jobs are
 given back. When the run ends, its claim of the model is released.
@@ -24,12 +24,12 @@ from pydantic import PrivateAttr
 from assets.partitions import TAG_TRIGGER, parse_partition_key
 from assets.run_values import IO_MANAGER, RunScopedIOManager
 from assets.settings_resource import SettingsResource
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.evaluation.batches import Batch, StepResult
 from pipeline.evaluation.claims import claim_run_batch
 from pipeline.evaluation.leases import LeaseKeeper
 from pipeline.evaluation.model_claims import EndedFn, release_model
+from pipeline.services import Services
 
 MARKETPLACE = "marketplace"
 

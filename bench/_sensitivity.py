@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench._faithfulness import FAMILIES, compare, datasets, scale_scenario, scenario
+from bench._faithfulness import FAMILIES, compare, datasets, scenario
+from bench._faithfulness_scale import scale_scenario
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch

@@ -61,7 +61,8 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from bench._faithfulness import FAMILIES, SURROGATES, measure, measure_scale
+from bench._faithfulness import FAMILIES, SURROGATES, measure
+from bench._faithfulness_scale import measure_scale
 from bench._sensitivity import measure_sensitivity
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.fit_engine import FitEngine

@@ -43,7 +43,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files, integrity
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.benchmark_copies import count_benchmark_copies
@@ -58,6 +57,7 @@ from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.demo.demo_data import DemoModel, make_demo_data
 from pipeline.models.registry import demo_definition, register_model
 from pipeline.rewards.budget import Supplier, standing_of, try_level
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import bundled_frame
 from tests.support.lottery import KINDS, information_free

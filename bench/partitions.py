@@ -61,11 +61,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagster as dg
-import httpx
 from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 from assets.partitions import EVALUATION_JOB, retire_settled
+from bench._asset_page import PartitionReads, counted, graphql_once, wait_for_webserver
 from bench._dagster_processes import (
     Process,
     cpu_seconds,
@@ -73,7 +72,7 @@ from bench._dagster_processes import (
     started,
     throwaway_databases,
 )
-from bench._partition_registry import ASSET, TICK_MODELS, Registry
+from bench._partition_registry import TICK_MODELS, Registry
 from bench._server import free_port
 from cli.operate import dagster_storage_url
 from definitions import defs
@@ -85,42 +84,6 @@ from pipeline.triggers.retirement import settled_cutoff
 SIZES = (1_000, 10_000, 100_000)
 ARRIVALS_PER_TICK = 100
 KEEP_HOURS = 24
-
-# The asset page's partition query, as dagster-webserver 1.13's UI bundle sends it.
-PARTITION_HEALTH_QUERY = """
-query PartitionHealthQuery($assetKey: AssetKeyInput!) {
-  assetNodeOrError(assetKey: $assetKey) {
-    ... on AssetNode {
-      id
-      partitionKeysByDimension { name type partitionKeys }
-      assetPartitionStatuses {
-        ... on TimePartitionStatuses {
-          ranges { status startTime endTime startKey endKey }
-        }
-        ... on DefaultPartitionStatuses {
-          materializedPartitions
-          materializingPartitions
-          failedPartitions
-        }
-        ... on MultiPartitionStatuses {
-          primaryDimensionName
-          ranges {
-            primaryDimStartKey primaryDimEndKey primaryDimStartTime primaryDimEndTime
-            secondaryDim {
-              ... on TimePartitionStatuses {
-                ranges { status startTime endTime startKey endKey }
-              }
-              ... on DefaultPartitionStatuses {
-                materializedPartitions materializingPartitions failedPartitions
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-"""
 
 
 def vacuum(url: str) -> None:
@@ -143,34 +106,6 @@ def sensor_state(instance: Any, name: str, timeout: float, daemon: Process) -> A
             break
         time.sleep(0.5)
     raise RuntimeError(f"the daemon never ticked {name}:\n{daemon.tail()}")
-
-
-class PartitionReads:
-    """Rows of Dagster's `dynamic_partitions` table the server has read so far (sequential scans
-    plus index entries read, index-only scans included): loading every partition key reads
-    the whole table once.
-
-    A backend that stays connected (the webserver keeps one) reports its statistics only after
-    10 s idle (PostgreSQL's PGSTAT_IDLE_INTERVAL), so a reading waits that long and then takes a
-    fresh snapshot.
-    """
-
-    def __init__(self, dagster_url: str) -> None:
-        self.engine = create_engine(dagster_url, poolclass=NullPool)
-
-    def __call__(self) -> int:
-        time.sleep(11)
-        with self.engine.connect() as conn:
-            conn.execute(text("SELECT pg_stat_clear_snapshot()"))
-            value = conn.execute(
-                text(
-                    "SELECT coalesce(t.seq_tup_read, 0) + ("
-                    " SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
-                    " WHERE i.relid = t.relid) "
-                    "FROM pg_stat_user_tables t WHERE t.relname = 'dynamic_partitions'"
-                )
-            ).scalar_one()
-        return int(value)
 
 
 def busy_tick(registry: Registry, state: Any, daemon: Process, timeout: float = 180) -> float:
@@ -216,36 +151,6 @@ def run_once(instance: Any, partition_key: str) -> float:
     return elapsed
 
 
-def graphql_once(url: str) -> tuple[float, int, dict[str, Any]]:
-    start = time.perf_counter()
-    response = httpx.post(
-        f"{url}/graphql",
-        json={"query": PARTITION_HEALTH_QUERY, "variables": {"assetKey": {"path": [ASSET]}}},
-        timeout=600,
-    )
-    elapsed = time.perf_counter() - start
-    response.raise_for_status()
-    body = response.json()
-    if body.get("errors"):
-        raise RuntimeError(f"GraphQL errors: {body['errors']}")
-    return elapsed, len(response.content), body["data"]["assetNodeOrError"]
-
-
-def wait_for_webserver(url: str, webserver: Process, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, _, node = graphql_once(url)
-            if "partitionKeysByDimension" in node:
-                return
-        except (httpx.HTTPError, RuntimeError, KeyError, TypeError):
-            pass
-        if webserver.proc.poll() is not None:
-            break
-        time.sleep(1)
-    raise RuntimeError(f"dagster-webserver did not serve the asset:\n{webserver.tail()}")
-
-
 @dataclass
 class Figures:
     partitions: int
@@ -257,13 +162,6 @@ class Figures:
     graphql_bytes: int
     materialized: int
     reads: dict[str, int]
-
-
-def counted(reads: PartitionReads, action: Any) -> tuple[Any, int]:
-    """`action()` and the `dynamic_partitions` rows the server read meanwhile."""
-    before = reads()
-    value = action()
-    return value, reads() - before
 
 
 def measure(

@@ -184,9 +184,9 @@ def _register(folder: Path) -> tuple[float, dict[str, Any]]:
     """`marketplace models add FOLDER` in process on the temporary store: wall seconds, and the
     model's view (`GET /api/models`'s entry)."""
     from cli.main import main as cli_main
-    from pipeline.bootstrap import Services
     from pipeline.core.config import get_settings
     from pipeline.models.registry import find_model
+    from pipeline.services import Services
 
     started = time.perf_counter()
     with redirect_stdout(io.StringIO()):

@@ -58,7 +58,8 @@ def owner_from_args(session: Session, user: str | None, org: str | None) -> Mode
 
 def cmd_models_add(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = get_settings()
     prepare_store(settings)
@@ -103,7 +104,7 @@ def environment_lines(model: Model) -> list[str]:
 
 def prune_at_start(settings: Settings, command: str) -> None:
     """Remove unused environments when a server starts; a failure is a warning, never fatal."""
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
     if not settings.envs_dir.is_dir():
         return
@@ -123,7 +124,8 @@ def prune_at_start(settings: Settings, command: str) -> None:
 
 def cmd_models_prune_envs(_: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = get_settings()
     prepare_store(settings)

@@ -62,7 +62,8 @@ def cmd_db_upgrade(_: argparse.Namespace) -> int:
 
 def cmd_models_set_owner(args: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)
@@ -78,7 +79,8 @@ def cmd_models_set_owner(args: argparse.Namespace) -> int:
 
 def cmd_models_list(_: argparse.Namespace) -> int:
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)
@@ -107,7 +109,8 @@ def _trained_by(model: Model) -> str:
 def cmd_models_accepted(args: argparse.Namespace) -> int:
     """Audit of a model's training data: accepted versions, who contributed them, their shares."""
     # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = _settings()
     prepare_store(settings)

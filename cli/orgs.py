@@ -17,12 +17,13 @@ from pipeline.auth.orgs import (
 from pipeline.core.config import get_settings
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 
 def _services() -> Services:
     # The composition root imports the whole domain core; `marketplace` starts without it.
-    from pipeline.bootstrap import Services, prepare_store
+    from pipeline.bootstrap import prepare_store
+    from pipeline.services import Services
 
     settings = get_settings()
     prepare_store(settings)

@@ -38,7 +38,7 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
 
 def cmd_retire(args: argparse.Namespace) -> int:
     from assets.partitions import plan_retirement, retire_settled  # Dagster: ~0.7 s
-    from pipeline.bootstrap import Services  # alembic, pyarrow and numpy: ~0.2 s
+    from pipeline.services import Services  # alembic, pyarrow and numpy: ~0.2 s
 
     settings = get_settings()
     keep_hours = settings.partition_keep_hours if args.keep_hours is None else args.keep_hours

@@ -13,8 +13,8 @@ from pipeline.core.config import get_settings
 
 
 def cmd_held(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import Services  # alembic, pyarrow, numpy: not at every start
     from pipeline.rewards.holds import held_valuations
+    from pipeline.services import Services  # alembic, pyarrow, numpy: not at every start
 
     with Services(get_settings()) as services:
         held = held_valuations(services.db)
@@ -29,8 +29,8 @@ def cmd_held(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import Services  # alembic, pyarrow, numpy: not at every start
     from pipeline.rewards.holds import release
+    from pipeline.services import Services  # alembic, pyarrow, numpy: not at every start
 
     with Services(get_settings()) as services:
         paid = release(services, args.valuation_id)
@@ -42,8 +42,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import Services  # alembic, pyarrow, numpy: not at every start
     from pipeline.rewards.holds import reject
+    from pipeline.services import Services  # alembic, pyarrow, numpy: not at every start
 
     with Services(get_settings()) as services:
         jobs = reject(services.db, args.valuation_id)

@@ -18,8 +18,8 @@ from datetime import datetime
 import dagster as dg
 
 from assets.partitions import dataset_versions, plan_retirement
-from pipeline.bootstrap import Services
 from pipeline.core.tables import utcnow
+from pipeline.services import Services
 from pipeline.triggers.retirement import settled_cutoff
 from sensors.resources import SensorStore
 

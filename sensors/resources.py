@@ -2,7 +2,7 @@
 
 Every field left unset comes from the environment through `pipeline.core.config.Settings`, so the
 production `Definitions` use `SensorStore()`; tests build one with `SensorStore.from_settings`.
-The parts come from the composition root (`pipeline.bootstrap.Services`).
+The parts are a `pipeline.services.Services`, built here, in an entry point.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from assets.settings_resource import SettingsResource
-from pipeline.bootstrap import Services
+from pipeline.services import Services
 
 SENSOR_STORE = "sensor_store"
 

@@ -6,7 +6,7 @@ file with pyarrow (`describe_batch`), the spec §8 quality thresholds with data-
 accepted and label poisoning (`run_integrity_checks`, see `pipeline.checks.integrity`). A check that
 fails moves the job to
 `rejected` with the reason; an unexpected error moves it to `failed`. A job that passes all of
-them stays `validating` for `pipeline.evaluation.batch_scoring`. Figures are merged into the job's
+them stays `validating` for `pipeline.rewards.batch_scoring`. Figures are merged into the job's
 `quality`.
 
 This module knows nothing of Dagster; `assets/` wraps it.
@@ -45,7 +45,7 @@ from pipeline.store.json_columns import decode_json_cell
 from pipeline.store.reading import JSON_COLUMNS_ATTR, UnreadableDataset
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

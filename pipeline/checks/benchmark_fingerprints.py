@@ -45,7 +45,7 @@ from pipeline.store.dataset_batches import RetypeColumns, file_batches
 from pipeline.store.reading import read_dataset
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

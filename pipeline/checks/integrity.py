@@ -71,7 +71,7 @@ from pipeline.evaluation.batches import load_frame
 from pipeline.evaluation.datasets import accepted_items
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

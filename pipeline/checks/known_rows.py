@@ -47,7 +47,7 @@ from pipeline.evaluation.batches import VersionItem, load_frame
 from pipeline.evaluation.datasets import accepted_items, benchmark_base_rows
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A run for a model's dataset version claims a `Batch` of pending dataset versions
 (`pipeline.evaluation.claims`), moves their jobs through the statuses of
 `pipeline.evaluation.jobs` under leases (`pipeline.evaluation.leases`), checks them
-(`pipeline.checks.batch`) and scores them (`pipeline.evaluation.batch_scoring`).
+(`pipeline.checks.batch`) and scores them (`pipeline.rewards.batch_scoring`).
 
 This module knows nothing of Dagster; `assets/` wraps it.
 """

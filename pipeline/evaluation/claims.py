@@ -54,7 +54,7 @@ from pipeline.evaluation.model_claims import (
 from pipeline.evaluation.rescore import rescore_due
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from pipeline.models.estimators import Recipe
 from pipeline.models.registry import model_recipe
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
     from pipeline.sandbox.runner import TrainerRunner
+    from pipeline.services import Services
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ a small batch) are independent. They are handed to joblib, whose backend is eith
   client connects by mutual TLS (dask's `Security`, encryption required): the scheduler accepts
   only clients with a certificate of the cluster's CA, and this client only that scheduler.
 
-Each fit runs on one native thread (BLAS, OpenMP: `pipeline.models.estimators.THREADS`), so a
+Each fit runs on one native thread (BLAS, OpenMP: `pipeline.models.threads.THREADS`), so a
 fit's time does not depend on how many other fits or processes share the cores.
 
 Either way a fit is `BenchmarkScorer.predict`: what comes back is the benchmark predictions,
@@ -32,7 +32,7 @@ import pandas as pd
 
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.models.estimators import THREADS
+from pipeline.models.threads import THREADS
 
 if TYPE_CHECKING:
     from pipeline.core.config import Settings

@@ -1,7 +1,7 @@
 """Contribution job status: the states a job moves through and the conditional moves between them.
 
 Contribution status: `queued → validating` (the checks of `pipeline.checks.batch`) `→ evaluating`
-(`pipeline.evaluation.batch_valuation`) `→ rewarded` (`pipeline.rewards.payouts`) or `rejected` (a
+(`pipeline.rewards.batch_valuation`) `→ rewarded` (`pipeline.rewards.payouts`) or `rejected` (a
 check failed, or no improvement) or `failed` (an unexpected error); `reason` says why. Every move is
 a conditional update (`transition`), so concurrent runs cannot both move the same job.
 """

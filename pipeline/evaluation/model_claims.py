@@ -43,7 +43,7 @@ from pipeline.core.tables import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

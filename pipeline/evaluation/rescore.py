@@ -33,7 +33,7 @@ from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.sandbox.errors import TrainerFailed
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner, TrainerRunne
 from pipeline.sandbox.runs import SandboxLimits, require_isolation
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 
 class StepTrainers:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pipeline.core.errors import InvalidInput
 from pipeline.models.preprocessing import build_preprocessor
+from pipeline.models.threads import THREADS
 
 if TYPE_CHECKING:
     from sklearn.pipeline import Pipeline
@@ -34,10 +35,6 @@ TaskType = Literal["classification", "regression"]
 TASK_TYPES: tuple[TaskType, ...] = get_args(TaskType)
 
 RANDOM_STATE = 0
-# One thread per fit: a valuation fits many coalitions on its own worker threads, and a
-# multi-threaded LightGBM histogram is not bit-for-bit reproducible across thread counts
-# (HistGradientBoosting: pipeline.models.single_thread).
-THREADS = 1
 DEFAULT_TEXT_FEATURES = 1000
 
 

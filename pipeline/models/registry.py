@@ -23,7 +23,6 @@ from pipeline.auth.orgs import Role
 from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
-from pipeline.demo import DEMO_DIR
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
 from pipeline.models.recipe_checks import check_recipe
@@ -40,6 +39,9 @@ from pipeline.sandbox.requirements import REQUIREMENTS_FILE, Requirements, folde
 if TYPE_CHECKING:
     from pipeline.store.objectstore import ObjectStore
 
+# The demo models' files: package data in pipeline/demo/, read by path (that package sits above
+# this one: its generators use rewards' manifests), not imported.
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
 DEMO_MODEL_FILE = "customer_churn.json"
 # The demo models `prepare_store` registers in an empty store, in order (ids 1, 2), as
 # `marketplace models add` would: a definition file and an owner's folder (its model.json and

@@ -15,7 +15,7 @@ from typing import Any
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
-from pipeline.models.estimators import THREADS
+from pipeline.models.threads import THREADS
 
 
 class OneThreadPipeline(Pipeline):  # type: ignore[misc]  # sklearn has no type hints

@@ -1,4 +1,5 @@
 """Reward tokens (spec §1, §2.5).
 
-The formula and contributor manifests, valuation and shares, payouts and the ledger.
+A batch scored and valued (batch_scoring, batch_valuation, valuation_records), the formula and
+contributor manifests, valuation and shares, payouts and the ledger.
 """

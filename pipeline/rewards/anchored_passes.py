@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from pipeline.rewards.surrogate_fits import LogisticPart
+    from pipeline.rewards.logistic_parts import LogisticPart
 
 # Coalitions' linear predictors computed at once are chunked to about this many cells.
 CHUNK_CELLS = 4_000_000

@@ -30,7 +30,7 @@ opening fresh accounts therefore gets no fresh budget: its accounts spend the on
 budget together, which starts again only when some newcomer's try is accepted.
 
 Tries are rows of `valuation_tries` (and their identities), written in the transaction of the
-verdicts (`pipeline.evaluation.batch_valuation`), so budgets survive restarts.
+verdicts (`pipeline.rewards.batch_valuation`), so budgets survive restarts.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from pipeline.rewards.manifests import recipients
 from pipeline.rewards.valuation import BatchValuation
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 OWN = "own"
 NEWCOMER = "newcomer"

@@ -27,8 +27,8 @@ from pipeline.core.tables import EVALUATING, REJECTED, Contribution, Evaluation,
 from pipeline.rewards.reference_check import ReferenceCheck
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
     from pipeline.rewards.payouts import RewardOutcome
+    from pipeline.services import Services
 
 HELD = "payout held for the operator"
 

@@ -18,7 +18,7 @@ from pipeline.rewards.manifests import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 
 def resolve_manifest(svc: Services, job: Contribution, dv: DatasetVersion) -> tuple[Any, str, str]:

@@ -1,6 +1,6 @@
 """Payouts of accepted contributions: the manifest that says who is paid, caps, ledger writes.
 
-The contributions one valuation accepted (`pipeline.evaluation.batch_valuation`; left `evaluating`
+The contributions one valuation accepted (`pipeline.rewards.batch_valuation`; left `evaluating`
 with a positive share) are paid together: the reward formula of `pipeline.rewards.formula` turns
 each share into tokens, each total is capped at `REWARD_MAX_TOKENS_PER_CONTRIBUTION`, and when the
 batch would take the model past `REWARD_MAX_TOKENS_PER_MODEL_PER_DAY` (UTC day, counted on the
@@ -52,7 +52,7 @@ from pipeline.rewards.manifest_sources import resolve_manifest
 from pipeline.rewards.manifests import recipients
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -46,9 +46,9 @@ from pipeline.evaluation.metrics import (
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.bulk_preprocessing import BulkFeatures, bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
+from pipeline.rewards.logistic_parts import LogisticPart
 from pipeline.rewards.surrogate_fits import (
     AtFullFit,
-    LogisticPart,
     Moments,
     anchor_fit,
     coalition_fits,

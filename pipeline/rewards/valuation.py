@@ -35,7 +35,7 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected (`pipeline.rewards.interval`).
 
-Pure computation on DataFrames: `pipeline.evaluation.batch_valuation` reads and writes the database
+Pure computation on DataFrames: `pipeline.rewards.batch_valuation` reads and writes the database
 around it.
 """
 
@@ -392,7 +392,7 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
     """The job view's `valuation`: pool, share, interval and integrity counts of a job.
 
     Read from the job's `quality` JSON (`valuation` written by
-    `pipeline.evaluation.batch_valuation`, `integrity` by the integrity check, `reward` by
+    `pipeline.rewards.batch_valuation`, `integrity` by the integrity check, `reward` by
     `pipeline.rewards.payouts`); None before valuation.
     """
     quality = quality or {}

@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.batch import run_integrity_checks
@@ -44,6 +43,7 @@ from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.demo.demo_data import DemoModel, make_demo_data
 from pipeline.evaluation.datasets import accepted_items
 from pipeline.models.registry import demo_definition
+from pipeline.services import Services
 from pipeline.store import dataset_batches
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.integrity import (

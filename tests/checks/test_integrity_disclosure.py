@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from pipeline.bootstrap import Services
 from pipeline.checks import fingerprint_files
 from pipeline.checks import fingerprints as fp
 from pipeline.checks.benchmark_copies import count_benchmark_copies
@@ -25,6 +24,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, Contribution, utcnow
 from pipeline.models.registry import ModelOwner, get_model, set_model_owner
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.checks.test_integrity import build, split
 from tests.intake.test_contributions import body

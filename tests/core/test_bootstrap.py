@@ -19,9 +19,10 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from assets.resources import MarketplaceResource
-from pipeline.bootstrap import Services, prepare_store
+from pipeline.bootstrap import prepare_store
 from pipeline.core.config import load_settings
 from pipeline.models.registry import demo_definition, list_models, register_model
+from pipeline.services import Services
 from sensors.resources import SensorStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,6 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, REWARDED, Evaluation
@@ -26,6 +25,7 @@ from pipeline.evaluation.datasets import benchmark_base_rows, benchmark_eval_row
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.ledger import model_evaluations, wallet_rewards
 from pipeline.rewards.valuation import Player, ValuationSettings, valuation_view, value_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,

@@ -24,13 +24,13 @@ import dagster as dg
 import pytest
 from sqlalchemy import update
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import EVALUATING, FAILED, QUEUED, VALIDATING, Contribution, utcnow
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.jobs import transition
 from pipeline.evaluation.leases import LeaseKeeper, expire_leases, renew_leases, requeued_jobs
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job
 
@@ -245,7 +245,7 @@ CLAIMER = textwrap.dedent(
     import sys, time
 
     sys.path.insert(0, sys.argv[1])
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
     from pipeline.evaluation.claims import claim_batch
     from pipeline.evaluation.leases import LeaseKeeper
     from pipeline.core.config import load_settings

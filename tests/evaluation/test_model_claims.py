@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import (
@@ -28,7 +27,6 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.claims import claim_run_batch
 from pipeline.evaluation.model_claims import (
     ModelBusy,
@@ -36,7 +34,9 @@ from pipeline.evaluation.model_claims import (
     model_holder,
     release_model,
 )
+from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.payouts import pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
 

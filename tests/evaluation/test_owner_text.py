@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import FAILED, QUEUED, Model, RewardEntry
 from pipeline.intake.contributions import contribution_view
 from pipeline.sandbox.errors import CONTRIBUTOR_TEXT
 from pipeline.sandbox.runs import bwrap_path
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest, run_pipeline
 from tests.support.trainers import owner_model

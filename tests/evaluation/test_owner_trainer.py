@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import (
@@ -26,6 +25,7 @@ from pipeline.core.tables import (
 )
 from pipeline.evaluation.leases import requeued_jobs
 from pipeline.sandbox.runs import bwrap_path
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest, run_pipeline
 from tests.support.trainers import FAILING_TRAINER, GOOD_TRAINER, owner_model

@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, VALIDATING, Contribution, Model
 from pipeline.evaluation.claims import claim_batch
 from pipeline.models.registry import ModelDefinition, register_model
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_external, add_tickets_model, contribute, ticket_rows
 

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import count_spec_violations, run_quality_checks, verdict
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
@@ -36,6 +35,7 @@ from pipeline.evaluation.rescore import rescore_model
 from pipeline.models.registry import demo_definition
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.payouts import pay_evaluation
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore, dataset_key
 from tests.support.pipeline import (
     WALLET_A,
@@ -481,8 +481,8 @@ def test_a_run_stopped_before_rewards_is_paid_by_the_next_run(
     svc: Services, db: Database, store: LocalObjectStore
 ) -> None:
     from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
-    from pipeline.evaluation.batch_scoring import evaluate_batch
     from pipeline.evaluation.claims import claim_batch
+    from pipeline.rewards.batch_scoring import evaluate_batch
 
     add_benchmark(db, store)
     job_id, version = contribute(db, store, with_manifest=manifest())

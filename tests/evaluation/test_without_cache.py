@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import EVALUATING, REJECTED, REWARDED
@@ -27,6 +26,7 @@ from pipeline.evaluation.without_cache import (
 )
 from pipeline.rewards.ledger import wallet_rewards
 from pipeline.rewards.valuation import valuation_view
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,

@@ -224,10 +224,10 @@ def test_upload_profile_refuses_as_unprocessable(hostile: Path) -> None:
 def test_a_hostile_external_file_fails_the_readability_check(
     settings: Settings, db: Database
 ) -> None:
-    from pipeline.bootstrap import Services
     from pipeline.checks.batch import describe_batch, readability_outcomes
     from pipeline.core.tables import REJECTED
     from pipeline.evaluation.claims import claim_batch
+    from pipeline.services import Services
     from pipeline.store.objectstore import LocalObjectStore
     from tests.support.pipeline import add_external
 

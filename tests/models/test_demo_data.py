@@ -14,7 +14,6 @@ import pytest
 from cli.contribute import load_manifest
 from cli.datafiles import read_rows
 from cli.upload import model_upload_fields
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
@@ -36,6 +35,7 @@ from pipeline.models.registry import (
 )
 from pipeline.rewards.manifests import parse_manifest
 from pipeline.sandbox.runs import bwrap_path
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_benchmark, contribute, job, run_pipeline
 

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import select
 
 from cli.main import main
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import describe_batch, run_pii_scans, run_quality_checks
 from pipeline.core.config import get_settings
 from pipeline.core.db import Database
@@ -28,12 +27,13 @@ from pipeline.core.tables import (
     RewardEntry,
 )
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.formula import volume_factor
 from pipeline.rewards.ledger import accepted_data
 from pipeline.rewards.payouts import pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,
@@ -454,7 +454,7 @@ def test_two_concurrent_payers_of_one_valuation_pay_once(
 def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
     svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pipeline.evaluation.batch_valuation as valuation
+    import pipeline.rewards.batch_valuation as valuation
     from pipeline.rewards.valuation import value_batch
 
     add_benchmark(db, store)
@@ -486,7 +486,7 @@ def test_a_batch_whose_job_left_evaluating_is_not_recorded_at_all(
 def test_a_contribution_the_metric_refuses_is_rejected_alone(
     svc: Services, db: Database, store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pipeline.evaluation.batch_valuation as scoring
+    import pipeline.rewards.batch_valuation as scoring
 
     add_benchmark(db, store)
     good_id, _ = contribute(db, store, churn_rows(200, seed=2), with_manifest=manifest())

@@ -19,20 +19,19 @@ from sqlalchemy import func, select
 
 from assets.evaluation import evaluation_metadata, evaluation_status
 from cli.main import main
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
 from pipeline.core.errors import NotFound
 from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, Contribution, RewardEntry
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation import batch_valuation
 from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.rewards import holds
+from pipeline.rewards import batch_valuation, holds
 from pipeline.rewards.payouts import pay_batch
 from pipeline.rewards.reference_check import ReferenceCheck, check_valuation
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
 from pipeline.sandbox.runs import bwrap_path
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
     WALLET_A,

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import DatasetVersion, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.manifests import MANIFEST_MAX_BYTES
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore, dataset_key
 from tests.support.pipeline import (
     WALLET_A,

@@ -10,8 +10,9 @@ import pytest
 
 from pipeline.demo.churn_data import churn_rows
 from pipeline.rewards import surrogate_fits
+from pipeline.rewards.logistic_parts import LogisticPart
 from pipeline.rewards.surrogate import SurrogateGame
-from pipeline.rewards.surrogate_fits import LogisticPart, coalition_fits, logistic_fit
+from pipeline.rewards.surrogate_fits import coalition_fits, logistic_fit
 from tests.support.valuation import churn_scorer
 
 COALITIONS = [frozenset({0}), frozenset({0, 1}), frozenset({1, 2}), frozenset({0, 1, 2, 3})]

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from pipeline.bootstrap import Services
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, REWARDED, Model, ValuationTry
 from pipeline.intake.contributions import contribution_view
 from pipeline.rewards.budget import OWN, try_level
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.lottery import KINDS, information_free
 from tests.support.pipeline import WALLET_A, WALLET_B, WALLET_C, contribute, job, manifest

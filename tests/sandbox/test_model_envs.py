@@ -348,8 +348,8 @@ def test_with_trainer_pods_the_archive_is_stored_and_unpacked_on_the_shared_volu
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pipeline.bootstrap import Services
     from pipeline.sandbox.runner import SubprocessRunner
+    from pipeline.services import Services
 
     volume = tmp_path / "trainer-runs"
     for name, value in {

@@ -140,7 +140,7 @@ def test_models_add_dir_stores_the_folder_and_views_show_it(
 
 
 def _services(settings: Settings, db: Database, store: LocalObjectStore) -> Any:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
     return Services(settings, db=db, store=store)
 

@@ -55,7 +55,7 @@ def envs(settings: Settings) -> list[str]:
 
 
 def predict(settings: Settings, db: Database, model_id: int) -> np.ndarray:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
     services = Services(settings, db=db, store=LocalObjectStore(settings.objects_dir))
     trainers = StepTrainers(services)

@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
-from pipeline.bootstrap import Services
 from pipeline.checks.batch import (
     describe_batch,
     run_integrity_checks,
@@ -20,13 +19,14 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Model
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
-from pipeline.evaluation.batch_scoring import evaluate_batch
 from pipeline.evaluation.batches import Batch
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.intake.contributions import ContributionRequest, submit_contribution
 from pipeline.models.registry import ModelDefinition, allocate_version, register_model
+from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.payouts import RewardOutcome, pay_batch
+from pipeline.services import Services
 from pipeline.store.objectstore import ObjectStore, dataset_key
 
 DEMO_MODEL = 1

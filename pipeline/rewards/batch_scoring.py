@@ -1,7 +1,7 @@
 """Scoring of a batch: re-scores for its benchmarks, valuation of its contributions together,
 and a re-score of the model when the batch asks for one.
 
-Contributions are valued by `pipeline.evaluation.batch_valuation`, re-scores recorded by
+Contributions are valued by `pipeline.rewards.batch_valuation`, re-scores recorded by
 `pipeline.evaluation.rescore`; the data both read is `pipeline.evaluation.datasets`.
 
 This module knows nothing of Dagster; `assets/` wraps it.
@@ -14,17 +14,17 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pipeline.core.tables import VALIDATING
-from pipeline.evaluation.batch_valuation import value_contributions
 from pipeline.evaluation.batches import Batch
 from pipeline.evaluation.datasets import DatasetFrames
 from pipeline.evaluation.jobs import job_status
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.rescore import guarded_rescore, rescore_model, rescore_on_benchmark
 from pipeline.evaluation.trainers import record_trainer_failure
+from pipeline.rewards.batch_valuation import value_contributions
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
     from pipeline.sandbox.runner import TrainerRunner
+    from pipeline.services import Services
 
 
 def evaluate_batch(

@@ -4,7 +4,7 @@ A run that re-materializes a version it did not process (it was settled in an ea
 another run's batch took it) must not judge it again: it reports the decision that was made. A
 version's checks run in order (`STAGES`): reading, quality, PII, the three integrity checks
 (one step), then the valuation. A rejected or failed job's reason says which stage decided
-(`pipeline.checks.batch`, `pipeline.evaluation.batch_valuation` write them); the stages before it
+(`pipeline.checks.batch`, `pipeline.rewards.batch_valuation` write them); the stages before it
 passed, the ones after it never ran. An accepted or rewarded job passed them all; a queued job,
 or one a run holds, has no decision yet.
 

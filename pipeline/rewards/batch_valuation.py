@@ -52,7 +52,6 @@ from pipeline.evaluation.model_claims import ModelClaimLost
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.evaluation.trainers import give_back_batch
-from pipeline.evaluation.valuation_records import LeftEvaluating, Players, record_valuation
 from pipeline.evaluation.without_cache import (
     WithoutCache,
     WithoutKey,
@@ -68,10 +67,11 @@ from pipeline.rewards.valuation import (
     ValuationSettings,
     value_batch,
 )
+from pipeline.rewards.valuation_records import LeftEvaluating, Players, record_valuation
 from pipeline.sandbox.errors import TrainerFailed
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 log = logging.getLogger(__name__)
 

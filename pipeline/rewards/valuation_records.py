@@ -27,7 +27,7 @@ from pipeline.rewards.reference_check import ReferenceCheck
 from pipeline.rewards.valuation import NOISE, BatchValuation
 
 if TYPE_CHECKING:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
 
 # A batch's players by contribution id: the batch item and the rows valued.
 Players = dict[str, tuple[VersionItem, Player]]
