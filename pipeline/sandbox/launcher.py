@@ -9,6 +9,8 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
 - sets the resource limits on itself (memory as RLIMIT_AS, CPU time, file size, no core
   files), which the sandbox inherits: a single-threaded launcher may set them before it
   starts a child, where a `preexec_fn` in the threaded service could deadlock;
+- hands bubblewrap the run folder's seccomp filter (`--seccomp FD`: no System V IPC, no
+  memfd, whose memory no process's size shows: `pipeline.sandbox.syscall_filter`);
 - starts the command (bwrap around the harness) with an environment built from nothing
   but the fixed variables and the Pipes bootstrap variables, stdout and stderr to files of
   the run folder that the sandbox cannot see, in its own process group;
@@ -206,6 +208,16 @@ def _staged_binds(command: list[str], run_dir: str) -> list[str]:
     return staged
 
 
+def _seccomp(command: list[str], run_dir: str, name: str | None) -> tuple[int, ...]:
+    """bubblewrap's `--seccomp FD` put in `command` (after bwrap itself) for the run folder's
+    filter `name`, opened here; the descriptors the child keeps."""
+    if not name:
+        return ()
+    fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | os.O_NOFOLLOW)
+    command[1:1] = ["--seccomp", str(fd)]
+    return (fd,)
+
+
 def _environment(spec: dict[str, object]) -> dict[str, str]:
     env = {str(k): str(v) for k, v in dict(spec["env"]).items()}  # type: ignore[call-overload]
     for name in spec["pass_env"]:  # type: ignore[attr-defined]
@@ -240,8 +252,10 @@ def main(run_dir: str) -> int:
         try:
             if user and spec.get("bwrap"):
                 command = _staged_binds(command, run_dir)
+            kept = _seccomp(command, run_dir, spec.get("seccomp"))
             child = subprocess.Popen(
                 command,
+                pass_fds=kept,
                 env=env,
                 cwd=spec["cwd"],
                 stdin=subprocess.DEVNULL,
