@@ -17,10 +17,10 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
 - when the service runs as root, starts it as the unprivileged user `launch.json` names, with
   no supplementary group (done by subprocess's C code in the child, not in Python), each
   folder bwrap binds first bound where that user can reach it (`_staged_binds`);
-- samples the memory of the whole process tree (the proportional set size of every
-  descendant, so pages shared after a fork count once) and kills the run when the sum passes
-  the memory limit: RLIMIT_AS bounds one process, this bounds them together (no cgroup is
-  needed, none is used: docs/sandbox.md);
+- starts it at nice 10, samples the memory of the whole process tree at least once a second
+  (the proportional set size of every descendant, so pages shared after a fork count once)
+  and kills the run when the sum passes the memory limit: RLIMIT_AS bounds one process, this
+  bounds them together (no cgroup is used: docs/sandbox.md);
 - kills the whole group at the wall-time limit, and writes `RUN_DIR/status.json` (the exit
   code, the signal, whether the wall or the memory limit struck) outside the sandbox's reach.
 """
@@ -42,9 +42,15 @@ MB = 1024 * 1024
 PR_SET_PDEATHSIG = 1
 # How often the tree's memory is sampled; less often where a sample costs more (a scan of
 # /proc where the kernel does not list children, page tables walked near the limit), so that
-# sampling stays under ~5% of a CPU.
+# sampling stays under ~5% of a CPU, but at least once a second: the trainer decides what a
+# sample costs (forked children sharing a large buffer: 1 s of page tables for 41 processes
+# sharing 1 GB), and would otherwise decide how long it may outgrow the limit unseen.
 SAMPLE_SECONDS = 0.2
 SAMPLE_COST_SHARE = 0.05
+MAX_SAMPLE_SECONDS = 1.0
+# The sandbox's scheduling priority: below the service's and the launcher's own, so that the
+# sampling keeps pace however many processes the trainer runs.
+TRAINER_NICE = 10
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Mount namespaces and bind mounts, for `_staged_binds`.
 CLONE_NEWNS = 0x00020000
@@ -176,7 +182,8 @@ def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | No
         if resident_bytes(pids) > memory and proportional_bytes(pids) > memory:
             _kill(pids, child.pid)
             return "memory"
-        interval = max(SAMPLE_SECONDS, (time.process_time() - began) / SAMPLE_COST_SHARE)
+        spent = time.process_time() - began
+        interval = min(MAX_SAMPLE_SECONDS, max(SAMPLE_SECONDS, spent / SAMPLE_COST_SHARE))
 
 
 def _staged_binds(command: list[str], run_dir: str) -> list[str]:
@@ -206,6 +213,10 @@ def _staged_binds(command: list[str], run_dir: str) -> list[str]:
         staged[at + 1] = target
         at += 3
     return staged
+
+
+def _lower_priority() -> None:
+    os.nice(TRAINER_NICE)
 
 
 def _seccomp(command: list[str], run_dir: str, name: str | None) -> tuple[int, ...]:
@@ -256,6 +267,8 @@ def main(run_dir: str) -> int:
             child = subprocess.Popen(
                 command,
                 pass_fds=kept,
+                # In the child, as its user, before exec: the launcher has one thread.
+                preexec_fn=_lower_priority,
                 env=env,
                 cwd=spec["cwd"],
                 stdin=subprocess.DEVNULL,
