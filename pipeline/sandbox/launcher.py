@@ -7,8 +7,8 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
 
 - asks to be killed when its parent dies, so a cancelled step leaves no trainer behind;
 - sets the resource limits on itself (memory as RLIMIT_AS, CPU time, file size, no core
-  files), which the sandbox inherits: a single-threaded launcher may set them before it
-  starts a child, where a `preexec_fn` in the threaded service could deadlock;
+  files, 1,024 open files), which the sandbox inherits: a single-threaded launcher may set
+  them before it starts a child, where a `preexec_fn` in the threaded service could deadlock;
 - hands bubblewrap the run folder's seccomp filter (`--seccomp FD`: no System V IPC, no
   memfd, whose memory no process's size shows: `pipeline.sandbox.syscall_filter`);
 - starts the command (bwrap around the harness) with an environment built from nothing
@@ -63,6 +63,10 @@ BIND_OPTIONS = ("--bind", "--ro-bind")
 # (about 1.3 KB: 400,000 empty files in a 64 MB /dev/shm took 500 MB of slab in 8 s), and
 # bubblewrap's own tmpfs takes as many as the kernel's default, half the RAM's pages.
 TMPFS_FILES = 16384
+# Open files of each process of the run. Socket and pipe buffers are kernel memory no process's
+# size shows: 2,000 socket pairs queued 444 MB; a root service's limit (20,000 here) let one
+# process hold 9,998 pairs.
+OPEN_FILES = 1024
 
 
 def _die_with_parent() -> None:
@@ -82,6 +86,9 @@ def _set_limits(limits: dict[str, int]) -> None:
     size = limits["file_size_mb"] * MB
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    files = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
 def _children_of(pid: int) -> list[int] | None:

@@ -3,7 +3,8 @@
 The run's memory limit sums what its processes hold. A System V shared memory segment stays
 allocated after its last detach, a message queue or semaphore set in the run's IPC namespace,
 and a memfd file that is never mapped is in no process's size: before the seccomp filter a
-trainer held 1,600 MB of detached segments and 1,800 MB of memfds under a 1,024 MB limit.
+trainer held 1,200 MB of detached segments and 1,200 MB of memfds under a 1,024 MB limit.
+Socket buffers are kernel memory too, bounded through the open-files limit.
 """
 
 from __future__ import annotations
@@ -73,6 +74,28 @@ def test_memory_outside_every_process_cannot_be_made(tmp_path: Path) -> None:
         "msgget": errno.ENOSYS,
         "semget": errno.ENOSYS,
     }
+
+
+def test_socket_buffers_are_bounded_by_the_open_files_limit(tmp_path: Path) -> None:
+    """A queued socket buffer is kernel memory: 2,000 socket pairs held 444 MB, and a root
+    service's open-files limit let one process make 9,998."""
+    folder = write_folder(
+        tmp_path / "model",
+        """
+        import socket
+
+        def fit(train, target):
+            pairs = []
+            try:
+                while len(pairs) < 5_000:
+                    pairs.append(socket.socketpair())
+            except OSError:
+                pass
+            raise RuntimeError(f"found: {len(pairs)}")
+        """,
+    )
+    made = reported(folder)
+    assert isinstance(made, int) and 0 < made < 512
 
 
 def test_the_filter_is_one_program_per_architecture() -> None:
