@@ -7,18 +7,21 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
 
 - asks to be killed when its parent dies, so a cancelled step leaves no trainer behind;
 - sets the resource limits on itself (memory as RLIMIT_AS, CPU time, file size, no core
-  files), which the sandbox inherits: a single-threaded launcher may set them before it
-  starts a child, where a `preexec_fn` in the threaded service could deadlock;
+  files, 1,024 open files), which the sandbox inherits: a single-threaded launcher may set
+  them before it starts a child, where a `preexec_fn` in the threaded service could deadlock;
+- hands bubblewrap the run folder's seccomp filter (`--seccomp FD`: no System V IPC, no
+  memfd, whose memory no process's size shows: `pipeline.sandbox.syscall_filter`);
 - starts the command (bwrap around the harness) with an environment built from nothing
   but the fixed variables and the Pipes bootstrap variables, stdout and stderr to files of
   the run folder that the sandbox cannot see, in its own process group;
 - when the service runs as root, starts it as the unprivileged user `launch.json` names, with
   no supplementary group (done by subprocess's C code in the child, not in Python), each
-  folder bwrap binds first bound where that user can reach it (`_staged_binds`);
-- samples the memory of the whole process tree (the proportional set size of every
-  descendant, so pages shared after a fork count once) and kills the run when the sum passes
-  the memory limit: RLIMIT_AS bounds one process, this bounds them together (no cgroup is
-  needed, none is used: docs/sandbox.md);
+  folder bwrap binds first bound where that user can reach it, and its /tmp and /dev/shm
+  mounted here with a file count (`_staged_binds`);
+- starts it at nice 10, samples the memory of the whole process tree at least once a second
+  (the proportional set size of every descendant, so pages shared after a fork count once)
+  and kills the run when the sum passes the memory limit: RLIMIT_AS bounds one process, this
+  bounds them together (no cgroup is used: docs/sandbox.md);
 - kills the whole group at the wall-time limit, and writes `RUN_DIR/status.json` (the exit
   code, the signal, whether the wall or the memory limit struck) outside the sandbox's reach.
 """
@@ -40,15 +43,30 @@ MB = 1024 * 1024
 PR_SET_PDEATHSIG = 1
 # How often the tree's memory is sampled; less often where a sample costs more (a scan of
 # /proc where the kernel does not list children, page tables walked near the limit), so that
-# sampling stays under ~5% of a CPU.
+# sampling stays under ~5% of a CPU, but at least once a second: the trainer decides what a
+# sample costs (forked children sharing a large buffer: 1 s of page tables for 41 processes
+# sharing 1 GB), and would otherwise decide how long it may outgrow the limit unseen.
 SAMPLE_SECONDS = 0.2
 SAMPLE_COST_SHARE = 0.05
+MAX_SAMPLE_SECONDS = 1.0
+# The sandbox's scheduling priority: below the service's and the launcher's own, so that the
+# sampling keeps pace however many processes the trainer runs.
+TRAINER_NICE = 10
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Mount namespaces and bind mounts, for `_staged_binds`.
 CLONE_NEWNS = 0x00020000
 MS_BIND_REC = 4096 | 16384
 MS_REC_PRIVATE = 16384 | (1 << 18)
+MS_NOSUID_NODEV = 2 | 4
 BIND_OPTIONS = ("--bind", "--ro-bind")
+# Files (inodes) a tmpfs of the sandbox may hold. Each costs kernel memory whatever its size
+# (about 1.3 KB: 400,000 empty files in a 64 MB /dev/shm took 500 MB of slab in 8 s), and
+# bubblewrap's own tmpfs takes as many as the kernel's default, half the RAM's pages.
+TMPFS_FILES = 16384
+# Open files of each process of the run. Socket and pipe buffers are kernel memory no process's
+# size shows: 2,000 socket pairs queued 444 MB; a root service's limit (20,000 here) let one
+# process hold 9,998 pairs.
+OPEN_FILES = 1024
 
 
 def _die_with_parent() -> None:
@@ -68,6 +86,9 @@ def _set_limits(limits: dict[str, int]) -> None:
     size = limits["file_size_mb"] * MB
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    files = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
 def _children_of(pid: int) -> list[int] | None:
@@ -174,13 +195,16 @@ def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | No
         if resident_bytes(pids) > memory and proportional_bytes(pids) > memory:
             _kill(pids, child.pid)
             return "memory"
-        interval = max(SAMPLE_SECONDS, (time.process_time() - began) / SAMPLE_COST_SHARE)
+        spent = time.process_time() - began
+        interval = min(MAX_SAMPLE_SECONDS, max(SAMPLE_SECONDS, spent / SAMPLE_COST_SHARE))
 
 
-def _staged_binds(command: list[str], run_dir: str) -> list[str]:
+def _staged_binds(command: list[str], run_dir: str, user: list[int]) -> list[str]:
     """`command` with each bubblewrap bind source replaced by a folder of the run folder where
     that source is bound, in a mount namespace private to the launcher (and so to the bwrap it
-    starts, and to nothing else).
+    starts, and to nothing else); each `--size S --tmpfs DEST` replaced by the bind of a tmpfs
+    mounted here, `user`'s, of S bytes and at most `TMPFS_FILES` files (bubblewrap sets no
+    file count).
 
     For a root service only: bubblewrap then runs as the unprivileged user, who must reach
     every folder it binds, and may not (a Python installed under /root, a run folder under a
@@ -194,16 +218,39 @@ def _staged_binds(command: list[str], run_dir: str) -> list[str]:
     staged = list(command)
     at = 0
     while at < len(staged) - 2:
+        target = os.path.join(stage, str(at))
+        if staged[at] == "--size" and staged[at + 2] == "--tmpfs":
+            os.mkdir(target, 0o755)
+            options = f"size={staged[at + 1]},nr_inodes={TMPFS_FILES},mode=0755"
+            options += f",uid={user[0]},gid={user[1]}"
+            if libc.mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID_NODEV, options.encode()):
+                raise OSError(ctypes.get_errno(), f"cannot make the tmpfs for {staged[at + 3]}")
+            staged[at : at + 4] = ["--bind", target, staged[at + 3]]
+            at += 3
+            continue
         if staged[at] not in BIND_OPTIONS:
             at += 1
             continue
-        target = os.path.join(stage, str(at))
         os.mkdir(target, 0o755)
         if libc.mount(staged[at + 1].encode(), target.encode(), None, MS_BIND_REC, None) != 0:
             raise OSError(ctypes.get_errno(), f"cannot stage {staged[at + 1]}")
         staged[at + 1] = target
         at += 3
     return staged
+
+
+def _lower_priority() -> None:
+    os.nice(TRAINER_NICE)
+
+
+def _seccomp(command: list[str], run_dir: str, name: str | None) -> tuple[int, ...]:
+    """bubblewrap's `--seccomp FD` put in `command` (after bwrap itself) for the run folder's
+    filter `name`, opened here; the descriptors the child keeps."""
+    if not name:
+        return ()
+    fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | os.O_NOFOLLOW)
+    command[1:1] = ["--seccomp", str(fd)]
+    return (fd,)
 
 
 def _environment(spec: dict[str, object]) -> dict[str, str]:
@@ -239,9 +286,13 @@ def main(run_dir: str) -> int:
     ):
         try:
             if user and spec.get("bwrap"):
-                command = _staged_binds(command, run_dir)
+                command = _staged_binds(command, run_dir, user)
+            kept = _seccomp(command, run_dir, spec.get("seccomp"))
             child = subprocess.Popen(
                 command,
+                pass_fds=kept,
+                # In the child, as its user, before exec: the launcher has one thread.
+                preexec_fn=_lower_priority,
                 env=env,
                 cwd=spec["cwd"],
                 stdin=subprocess.DEVNULL,

@@ -10,8 +10,9 @@ had stopped. So a `MessageGate`
   `MAX_LINE_BYTES` are cut and count as read), and nothing after the run's deadline;
 - hands over only what the harness itself sends, with no text of the trainer's: the first
   `opened` and `closed` (their parameters dropped: an exception's text is the trainer's) and
-  the harness's progress lines (`fitting train:fit on 200 rows`), whose shape carries numbers
-  and the entry point only;
+  the harness's two progress lines (`fitting train:fit on 200 rows`), whose shape carries
+  numbers and the entry point only, each of bounded length and passed once (a trainer that
+  writes lines of that shape cannot spell its rows out in 200 of them);
 - counts the rest, so the step can say how many were left out (a count, never their text).
 
 What the owner's code prints goes to its stderr file, read only for the owner's view of a
@@ -29,10 +30,13 @@ from typing import Any
 MAX_MESSAGES = 200
 MAX_BYTES = 64 * 1024
 MAX_LINE_BYTES = 4096
-# The harness's progress lines (`pipeline/sandbox/harness.py`), and nothing else.
-PROGRESS = re.compile(
-    r"fitting [A-Za-z_][\w.]*:[A-Za-z_]\w* on \d+ rows|fitted in \d+\.\d s; predicting \d+ rows"
-)
+# The harness's progress lines (`pipeline/sandbox/harness.py`), and nothing else: names and
+# numbers of bounded length (a trainer can write lines of this shape too, its rows for names),
+# each kind passed once.
+PROGRESS = {
+    "fitting": re.compile(r"fitting [A-Za-z_][\w.]{0,99}:[A-Za-z_]\w{0,63} on \d{1,9} rows"),
+    "fitted": re.compile(r"fitted in \d{1,6}\.\d s; predicting \d{1,9} rows"),
+}
 
 
 class MessageGate:
@@ -107,6 +111,10 @@ def _admitted(line: bytes, seen: set[str]) -> dict[str, Any] | None:
     if method == "closed":
         return {**base, "method": "closed", "params": {}}
     text = params.get("message")
-    if method == "log" and isinstance(text, str) and PROGRESS.fullmatch(text):
-        return {**base, "method": "log", "params": {"message": text, "level": "INFO"}}
-    return None
+    if method != "log" or not isinstance(text, str):
+        return None
+    kind = next((k for k, shape in PROGRESS.items() if shape.fullmatch(text)), None)
+    if kind is None or kind in seen:
+        return None
+    seen.add(kind)
+    return {**base, "method": "log", "params": {"message": text, "level": "INFO"}}

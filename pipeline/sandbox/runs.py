@@ -6,7 +6,7 @@ which runs the launcher (`pipeline/sandbox/launcher.py`: limits, empty environme
 clock) around bubblewrap around the harness (`pipeline/sandbox/harness.py`: the owner's
 `fit`). A run folder holds:
 
-    RUN/launch.json, status.json, stdout.txt, stderr.txt   written outside the sandbox
+    RUN/launch.json, seccomp.bpf, status.json, stdout.txt, stderr.txt   outside the sandbox
     RUN/box/                                               the sandbox's only writable place
         model/            the owner's folder (a copy)
         train.parquet     training frame (features and target)
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.sandbox.errors import SandboxUnavailable
+from pipeline.sandbox.syscall_filter import syscall_filter
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,6 +64,8 @@ BWRAP_MISSING = "bubblewrap (bwrap) is not installed"
 RUN_PREFIX = "mk-trainer-"
 # The trainer's writable folder inside a run folder.
 BOX = "box"
+# The run folder's seccomp filter (`pipeline.sandbox.syscall_filter`), outside the box.
+SECCOMP_FILE = "seccomp.bpf"
 # The bootstrap variables a Pipes client sets for the child; nothing else of the service's
 # environment reaches the sandbox.
 PIPES_ENV = ("DAGSTER_PIPES_CONTEXT", "DAGSTER_PIPES_MESSAGES")
@@ -310,10 +313,14 @@ class SandboxRun:
         user = trainer_user() if isolation != "none" else None
         if user is not None:
             _hand_over(self.dir, self.box, user)
+        seccomp = syscall_filter() if isolation != "none" else None
+        if seccomp is not None:  # the launcher hands it to bubblewrap (`--seccomp FD`)
+            (self.dir / SECCOMP_FILE).write_bytes(seccomp)
         launch: dict[str, Any] = {
             "command": sandbox_command(
                 self.box, isolation, self.limits.file_size_mb * 1024 * 1024, self.job.env
             ),
+            "seccomp": SECCOMP_FILE if seccomp is not None else None,
             "cwd": str(self.box),
             "env": {**FIXED_ENV, "HOME": str(self.box)},
             "pass_env": list(PIPES_ENV),

@@ -103,3 +103,22 @@ def test_reading_stops_at_the_deadline_while_the_file_still_grows(tmp_path: Path
     assert time.monotonic() - started < 3
     assert 0 < len(handler.messages) < 60
     assert log.lines == ["reading the trainer's Pipes messages stopped at the wall time limit"]
+
+
+def test_progress_shaped_lines_carry_no_rows(tmp_path: Path) -> None:
+    """The progress lines' shape holds names and numbers, which a trainer can fill with rows:
+    only the first line of each kind passes, its names and numbers of bounded length."""
+    path = tmp_path / "messages.jsonl"
+    handler, log = Handler(), Log()
+    reader = GatedMessageReader(str(path), log, time.monotonic() + 60)
+    rows = "_".join(f"r{n}_14_95_18_77" for n in range(200))
+    with reader.read_messages(handler), path.open("a") as fh:  # type: ignore[arg-type]
+        fh.write(line("log", message=f"fitting train:{rows} on 200 rows", level="INFO") + "\n")
+        fh.write(line("log", message="fitting train:fit on 200 rows", level="INFO") + "\n")
+        for n in range(150):
+            fh.write(line("log", message=f"fitting r{n}_14_95:fit on 1495 rows") + "\n")
+            fh.write(line("log", message=f"fitted in 1.0 s; predicting 14951877{n} rows") + "\n")
+    assert [m["params"]["message"] for m in handler.messages] == [
+        "fitting train:fit on 200 rows",
+        "fitted in 1.0 s; predicting 149518770 rows",
+    ]
