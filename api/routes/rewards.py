@@ -60,6 +60,8 @@ class RewardEntryOut(ValuationFields):
     evaluationId: str  # noqa: N815
     datasetVersion: str | None  # noqa: N815
     tokens: float
+    # The exact amount in base units (10**-18 token), a decimal string (it exceeds 2**53).
+    amount: str
     metricName: str  # noqa: N815
     improvementPct: float | None  # noqa: N815
     # How the share was computed: accepted rows the shares' game trained on, and whether the
@@ -73,6 +75,7 @@ class RewardEntryOut(ValuationFields):
 class WalletRewards(BaseModel):
     wallet: str
     totalTokens: float  # noqa: N815
+    totalAmount: str  # noqa: N815 - base units, a decimal string
     count: int
     entries: list[RewardEntryOut]
 
