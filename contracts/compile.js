@@ -1,4 +1,5 @@
-// Compile src/*.sol offline with solc-js (the compiler as wasm) into build/<Contract>.json
+// Compile src/*.sol offline with solc-js (the compiler as wasm) into
+// ../pipeline/settlement/artifacts/<Contract>.json
 // (ABI and bytecode). `node compile.js --check` compiles again and fails on any difference from
 // the committed files, so what is deployed is what the sources say.
 "use strict";
@@ -8,7 +9,8 @@ const solc = require("solc");
 
 const root = __dirname;
 const srcDir = path.join(root, "src");
-const buildDir = path.join(root, "build");
+// Beside the Python that deploys them, so the package carries them.
+const buildDir = path.join(root, "..", "pipeline", "settlement", "artifacts");
 const check = process.argv.includes("--check");
 
 function findImport(importPath) {
@@ -52,12 +54,12 @@ for (const file of Object.keys(sources)) {
     if (check) {
       const committed = fs.existsSync(target) ? fs.readFileSync(target, "utf8") : "";
       if (committed !== text) {
-        console.error(`contracts/build/${name}.json differs from what src/ compiles to`);
+        console.error(`pipeline/settlement/artifacts/${name}.json differs from what contracts/src compiles to`);
         differences += 1;
       }
     } else {
       fs.writeFileSync(target, text);
-      console.log(`contracts/build/${name}.json`);
+      console.log(`pipeline/settlement/artifacts/${name}.json`);
     }
   }
 }

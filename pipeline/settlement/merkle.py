@@ -9,6 +9,7 @@ JavaScript reads our trees and a claim never depends on this service.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ class StandardMerkleTree:
     tree_indices: list[int]
 
     @classmethod
-    def of(cls, values: list[tuple[str, int]]) -> StandardMerkleTree:
+    def of(cls, values: Sequence[tuple[str, int]]) -> StandardMerkleTree:
         if not values:
             raise ValueError("a Merkle tree needs at least one value")
         hashes = [leaf_hash(account, amount) for account, amount in values]

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pipeline.settlement.contracts import ARTIFACTS_DIR
 from tests.support.contracts import CONTRACTS_DIR, require_node_modules
 
 
@@ -21,7 +22,7 @@ def test_committed_artifacts_are_what_the_sources_compile_to() -> None:
     result = _check(node, CONTRACTS_DIR)
     assert result.returncode == 0, result.stderr
     for name in ("RewardToken", "CumulativeMerkleDistributor"):
-        artifact = json.loads((CONTRACTS_DIR / "build" / f"{name}.json").read_text())
+        artifact = json.loads((ARTIFACTS_DIR / f"{name}.json").read_text())
         assert artifact["evmVersion"] == "cancun"
         assert artifact["compiler"].startswith("solc 0.8.37")
         assert artifact["bytecode"].startswith("0x60") and len(artifact["bytecode"]) > 2000
@@ -32,7 +33,9 @@ def test_check_fails_when_a_committed_artifact_differs(tmp_path: Path) -> None:
     copy = tmp_path / "contracts"
     shutil.copytree(CONTRACTS_DIR, copy, ignore=shutil.ignore_patterns("node_modules"))
     (copy / "node_modules").symlink_to(CONTRACTS_DIR / "node_modules")
-    artifact = copy / "build" / "RewardToken.json"
+    artifacts = tmp_path / "pipeline" / "settlement" / "artifacts"
+    shutil.copytree(ARTIFACTS_DIR, artifacts)
+    artifact = artifacts / "RewardToken.json"
     data = json.loads(artifact.read_text())
     data["bytecode"] = data["bytecode"][:-2] + ("00" if data["bytecode"][-2:] != "00" else "01")
     artifact.write_text(json.dumps(data, indent=2) + "\n")
@@ -40,4 +43,4 @@ def test_check_fails_when_a_committed_artifact_differs(tmp_path: Path) -> None:
     result = _check(node, copy)
 
     assert result.returncode == 1
-    assert "contracts/build/RewardToken.json differs" in result.stderr
+    assert "pipeline/settlement/artifacts/RewardToken.json differs" in result.stderr
