@@ -25,7 +25,7 @@ class Evm:
         account: LocalAccount = Account.create()
         w3 = self.chain.w3
         w3.eth.send_transaction(
-            {"from": w3.eth.accounts[0], "to": account.address, "value": ETHER * 10}
+            {"from": w3.eth.accounts[0], "to": account.address, "value": Wei(ETHER * 10)}
         )
         return account
 
