@@ -447,3 +447,7 @@ class KeyUsage(Base):
     key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), primary_key=True)
     month: Mapped[str] = mapped_column(String(7), primary_key=True)  # YYYY-MM
     count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+# The settlement tables share this schema (and `Base`); imported here so every user has them.
+from pipeline.core import settlement_tables as _settlement_tables  # noqa: E402, F401
