@@ -93,6 +93,17 @@ class Settings(BaseSettings):
     trainer_k8s_volume_claim: str | None = None
     trainer_k8s_volume_mount: Path = Path("/var/lib/marketplace/trainer-runs")
 
+    # Settlement on an EVM chain (docs/settlement.md); off while SETTLEMENT_RPC_URL is unset.
+    settlement_rpc_url: str | None = None
+    # The RPC URL wallets are told to use for claims (GET /api/claims); unset: the one above.
+    settlement_public_rpc_url: str | None = None
+    settlement_chain_id: int | None = Field(default=None, ge=1)
+    settlement_token_address: str | None = None
+    settlement_distributor_address: str | None = None
+    # The contracts' owner (mints, publishes roots): a secret, never logged nor stored.
+    settlement_owner_key: SecretStr | None = None
+    settlement_schedule: str = "0 0 * * 1"
+
     # Service wiring.
     database_url: str | None = None
     marketplace_data_dir: Path = Path(".marketplace")

@@ -31,9 +31,10 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.core.db import Database
 from pipeline.core.errors import Conflict
 from pipeline.core.settlement_tables import MINTED, SETTLED, SNAPSHOTTED, Settlement
-from pipeline.core.tables import isoformat_utc, utcnow
+from pipeline.core.tables import utcnow
 from pipeline.settlement.chain import Chain, RewardContracts, SignedCall
 from pipeline.settlement.snapshot import ledger_cut, store_tree, take_snapshot
+from pipeline.settlement.views import settlement_view
 from pipeline.store.objectstore import ObjectStore
 
 Checkpoint = Callable[[str], None]
@@ -212,25 +213,3 @@ def _advance(db: Database, epoch: str, from_status: str, to: str, **values: Any)
     stored = _get(db, epoch)
     assert stored is not None
     return stored
-
-
-def settlement_view(row: Settlement) -> dict[str, Any]:
-    """An epoch as the API and Dagster show it (amounts as decimal strings of base units)."""
-    return {
-        "epoch": row.epoch,
-        "number": row.number,
-        "status": row.status,
-        "root": row.root,
-        "wallets": row.wallets,
-        "totalAmount": str(row.total_units),
-        "mintedAmount": None if row.minted_units is None else str(row.minted_units),
-        "ledgerRowId": row.ledger_row_id,
-        "chainId": row.chain_id,
-        "token": row.token_address,
-        "distributor": row.distributor_address,
-        "mintTransaction": row.mint_tx_hash,
-        "rootTransaction": row.root_tx_hash,
-        "block": row.block,
-        "createdAt": isoformat_utc(row.created_at),
-        "settledAt": isoformat_utc(row.settled_at),
-    }
