@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import contributor, demo, operate, orgs, partitions
+from cli import contributor, demo, operate, orgs, partitions, settle
 from cli.devmode import quiet_library_loggers
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DomainError
@@ -20,6 +20,7 @@ REGISTRARS: list[Register] = [
     contributor.register,
     demo.register,
     partitions.register,
+    settle.register,
 ]
 
 

@@ -32,7 +32,7 @@ from pipeline.core.db import Database
 from pipeline.core.errors import Conflict
 from pipeline.core.settlement_tables import MINTED, SETTLED, SNAPSHOTTED, Settlement
 from pipeline.core.tables import utcnow
-from pipeline.settlement.chain import Chain, RewardContracts, SignedCall
+from pipeline.settlement.chain import Chain, ChainError, RewardContracts, SignedCall
 from pipeline.settlement.snapshot import ledger_cut, store_tree, take_snapshot
 from pipeline.settlement.views import settlement_view
 from pipeline.store.objectstore import ObjectStore
@@ -67,13 +67,16 @@ def settle_epoch(
     `minted`, `root_signed`, `root_sent`): tests stop the process there, or run a second
     settler there.
     """
-    for earlier in _unsettled(db, other_than=epoch):
-        _finish(db, target, earlier, checkpoint)
-    row = _snapshot(db, store, target, epoch, before, checkpoint)
-    if row is None:
-        return None
-    checkpoint("snapshot")
-    return settlement_view(_finish(db, target, row, checkpoint))
+    try:
+        for earlier in _unsettled(db, other_than=epoch):
+            _finish(db, target, earlier, checkpoint)
+        row = _snapshot(db, store, target, epoch, before, checkpoint)
+        if row is None:
+            return None
+        checkpoint("snapshot")
+        return settlement_view(_finish(db, target, row, checkpoint))
+    except OSError as exc:  # requests' errors: the node is down or the connection dropped
+        raise ChainError(f"the chain did not answer: {type(exc).__name__}") from exc
 
 
 def _unsettled(db: Database, other_than: str) -> list[Settlement]:

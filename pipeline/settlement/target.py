@@ -8,7 +8,7 @@ from eth_account.signers.local import LocalAccount
 from pipeline.core.config import Settings
 from pipeline.core.errors import Conflict
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
-from pipeline.settlement.chain import Chain, RewardContracts
+from pipeline.settlement.chain import Chain, ChainError, RewardContracts
 from pipeline.settlement.epochs import SettlementTarget
 
 REQUIRED = (
@@ -44,9 +44,15 @@ def connect(settings: Settings) -> Chain:
     configured_contracts(settings)
     assert settings.settlement_rpc_url is not None
     chain = Chain.over_http(settings.settlement_rpc_url)
-    if chain.chain_id != settings.settlement_chain_id:
+    try:
+        chain_id = chain.chain_id
+    except OSError as exc:  # requests' errors; the URL may hold a token: not in the message
+        raise ChainError(
+            f"the node at SETTLEMENT_RPC_URL did not answer: {type(exc).__name__}"
+        ) from None
+    if chain_id != settings.settlement_chain_id:
         raise SettlementOff(
-            f"the node at SETTLEMENT_RPC_URL is chain {chain.chain_id}, "
+            f"the node at SETTLEMENT_RPC_URL is chain {chain_id}, "
             f"not SETTLEMENT_CHAIN_ID {settings.settlement_chain_id}"
         )
     return chain
