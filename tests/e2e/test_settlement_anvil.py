@@ -10,13 +10,12 @@ import pytest
 from eth_account import Account
 from web3.types import Wei
 
-from cli.anvil import ANVIL_CHAIN_ID, ANVIL_OWNER_KEY, anvil_binary, running_anvil
 from cli.main import main
 from pipeline.core.config import Settings, get_settings, load_settings
 from pipeline.core.db import Database
 from pipeline.settlement.chain import Chain, RewardContracts
 from pipeline.store.objectstore import LocalObjectStore
-from tests.conftest import IN_CI
+from tests.support.anvil import anvil_or_skip, deploy, settlement_settings
 from tests.support.ledger import LedgerWriter
 from tests.support.live_server import serve
 
@@ -27,19 +26,13 @@ TOKEN = 10**18
 
 @pytest.fixture(scope="module")
 def anvil() -> Iterator[str]:
-    binary = anvil_binary()
-    if binary is None:
-        message = "anvil is not installed: run `make contracts` (npm ci in contracts/)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    with running_anvil(binary) as url:
+    with anvil_or_skip() as url:
         yield url
 
 
 @pytest.fixture
 def deployed(anvil: str) -> RewardContracts:
-    return Chain.over_http(anvil).deploy(Account.from_key(ANVIL_OWNER_KEY))
+    return deploy(anvil)
 
 
 @pytest.fixture
@@ -49,11 +42,7 @@ def settlement_env(
     values = {
         "DATABASE_URL": settings.resolved_database_url,
         "MARKETPLACE_DATA_DIR": str(settings.data_dir),
-        "SETTLEMENT_RPC_URL": anvil,
-        "SETTLEMENT_CHAIN_ID": str(ANVIL_CHAIN_ID),
-        "SETTLEMENT_TOKEN_ADDRESS": deployed.token,
-        "SETTLEMENT_DISTRIBUTOR_ADDRESS": deployed.distributor,
-        "SETTLEMENT_OWNER_KEY": ANVIL_OWNER_KEY,
+        **{k.upper(): str(v) for k, v in settlement_settings(anvil, deployed).items()},
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
