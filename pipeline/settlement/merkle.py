@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from Crypto.Hash import keccak
+from sha3 import keccak_256  # safe-pysha3: C keccak, about 6 times pycryptodome's per call
 
 LEAF_ENCODING = ("address", "uint256")
 DUMP_FORMAT = "standard-v1"
@@ -21,7 +21,8 @@ _UINT256_MAX = 2**256 - 1
 
 
 def keccak256(data: bytes) -> bytes:
-    return keccak.new(digest_bits=256, data=data).digest()
+    digest: bytes = keccak_256(data).digest()
+    return digest
 
 
 def leaf_hash(account: str, amount: int) -> bytes:
@@ -93,6 +94,21 @@ class StandardMerkleTree:
                 for (account, amount), index in zip(self.values, self.tree_indices, strict=True)
             ],
         }
+
+    def dump_json(self) -> bytes:
+        """`dump()` as compact JSON, written directly (a 100,000-leaf tree in a fraction of the
+        time `json.dumps` of the dict takes); equal to `json.dumps(dump(), separators=(",",
+        ":"))`, which a test checks. Addresses and decimal amounts need no escaping."""
+        nodes = ",".join(f'"0x{node.hex()}"' for node in self.tree)
+        values = ",".join(
+            f'{{"value":["{account}","{amount}"],"treeIndex":{index}}}'
+            for (account, amount), index in zip(self.values, self.tree_indices, strict=True)
+        )
+        encoding = ",".join(f'"{kind}"' for kind in LEAF_ENCODING)
+        return (
+            f'{{"format":"{DUMP_FORMAT}","leafEncoding":[{encoding}],"tree":[{nodes}],'
+            f'"values":[{values}]}}'
+        ).encode()
 
 
 def verify(root: str, account: str, amount: int, proof: list[str]) -> bool:

@@ -80,7 +80,7 @@ def tree_key(epoch: str) -> str:
 def store_tree(store: ObjectStore, epoch: str, tree: StandardMerkleTree) -> str:
     """The whole tree (`standard-v1` JSON) in the object store, so claims never need us."""
     key = tree_key(epoch)
-    store.put_bytes(key, json.dumps(tree.dump(), separators=(",", ":")).encode())
+    store.put_bytes(key, tree.dump_json())
     return key
 
 

@@ -48,6 +48,8 @@ def test_root_proofs_and_dump_equal_the_javascript_library(count: int) -> None:
     assert tree.root == reference["root"]
     assert [tree.proof(i) for i in range(count)] == reference["proofs"]
     assert tree.dump() == reference["dump"]
+    assert json.loads(tree.dump_json()) == reference["dump"]
+    assert tree.dump_json() == json.dumps(tree.dump(), separators=(",", ":")).encode()
 
 
 def test_every_proof_verifies_and_a_changed_amount_does_not() -> None:
