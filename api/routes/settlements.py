@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from api.deps import get_claimed_reader, get_db, get_store, request_settings
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
+from pipeline.rewards.formula import WALLET_SCHEMA
 from pipeline.settlement.claims import (
     ClaimedReader,
     get_settlement,
@@ -104,7 +105,9 @@ def get_settlement_tree(
     },
 )
 def get_claim(
-    wallet: str = Path(..., max_length=100),
+    wallet: str = Path(
+        ..., max_length=100, json_schema_extra=lambda schema: schema.update(WALLET_SCHEMA)
+    ),
     db: Database = Depends(get_db),
     store: ObjectStore = Depends(get_store),
     settings: Settings = Depends(request_settings),
