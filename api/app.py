@@ -22,6 +22,7 @@ from api.routes import (
     rewards,
     schedules,
     settlements,
+    wallets,
     web,
 )
 from pipeline.bootstrap import Services, remove_abandoned_temp_files
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(rewards.router)
     app.include_router(settlements.router)
+    app.include_router(wallets.router)
     app.include_router(docs.router)
 
     def limit_for(path: str) -> int:

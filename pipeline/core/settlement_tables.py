@@ -51,3 +51,14 @@ class Settlement(Base):
     block: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class VerifiedWallet(Base):
+    """A wallet whose control a user proved by signing an EIP-4361 message
+    (`pipeline.settlement.wallet_proof`); the latest proof wins."""
+
+    __tablename__ = "verified_wallets"
+
+    wallet_address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(200))
+    verified_at: Mapped[datetime] = mapped_column(default=utcnow)
