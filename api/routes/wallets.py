@@ -1,7 +1,7 @@
 """Wallets a supplier proved it controls (EIP-4361, docs/settlement.md#verified-wallets).
 
 - `POST /api/wallet-proofs/challenge` (session) `{"wallet"}` — the message to sign.
-- `POST /api/wallet-proofs/verify` (session) `{"message", "signature"}` — records the wallet verified.
+- `POST /api/wallet-proofs/verify` (session) `{"message", "signature"}` — marks it verified.
 - `GET /api/wallets/{wallet}` (public) — whether it is verified.
 """
 
