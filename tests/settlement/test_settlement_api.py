@@ -116,3 +116,19 @@ def test_the_chain_being_down_leaves_claimed_amounts_unknown_not_an_error(
     assert rewards.status_code == 200 and claim.status_code == 200
     assert rewards.json()["settledAmount"] == str(TOKEN)
     assert rewards.json()["claimableAmount"] is None and claim.json()["claimedAmount"] is None
+
+
+def test_the_wallet_page_shows_earnings_settled_claimed_and_claimable(
+    client: Any, settled: dict[str, Any]
+) -> None:
+    page = client.get(f"/wallets/{ALICE.lower()}")
+
+    assert page.status_code == 200
+    text = page.text
+    assert f'<code id="wallet">{ALICE}</code>' in text
+    assert f'<dd id="settled">{2**70 + 3} base units</dd>' in text
+    assert '<dd id="claimed">0</dd>' in text
+    assert f'<dd id="claimable">{2**70 + 3}</dd>' in text
+    assert f'href="/api/claims/{ALICE}"' in text
+    assert "Not verified" in text
+    assert client.get("/wallets/0x123").status_code == 400
