@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install bubblewrap clean
+.PHONY: run test lint install bubblewrap contracts clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -34,10 +34,18 @@ bubblewrap:
 		|| echo "make: apt-get could not install it; $(BWRAP_HINT)"; \
 	fi
 
-run: $(STAMP) bubblewrap
+# The reward contracts' compiler, OpenZeppelin, the Merkle-tree library and the local chain
+# (anvil) come from npm, pinned in contracts/package-lock.json (docs/settlement.md). Without
+# Node, settlement stays off and `marketplace dev` says how to turn it on.
+contracts:
+	@if ! command -v npm >/dev/null; then echo "make: npm is missing; settlement stays off"; \
+	elif [ ! contracts/node_modules/.package-lock.json -nt contracts/package-lock.json ]; then \
+		cd contracts && npm ci --no-audit --no-fund --loglevel=error; fi
+
+run: $(STAMP) bubblewrap contracts
 	$(BIN)/marketplace dev
 
-test: $(STAMP)
+test: $(STAMP) contracts
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 lint: $(STAMP)
@@ -48,4 +56,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) .marketplace
+	rm -rf $(VENV) .marketplace contracts/node_modules

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import ASSET_CHECKS, ASSETS, JOBS, RESOURCES
+from assets.settlement import make_settlement_schedule
 from pipeline.core.config import load_settings
 from sensors import RESOURCES as SENSOR_RESOURCES
 from sensors import make_sensors
@@ -17,11 +18,13 @@ from sensors import make_sensors
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    settings = load_settings()
     return dg.Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
         jobs=JOBS,
-        sensors=make_sensors(load_settings()),
+        sensors=make_sensors(settings),
+        schedules=[make_settlement_schedule(settings)],
         resources={**RESOURCES, **SENSOR_RESOURCES},
         # Also the executor of the implicit asset job the UI's "Materialize" launches: the steps
         # of a run share one process and hand values over in memory (assets/run_values.py).

@@ -21,12 +21,15 @@ from api.routes import (
     org_keys,
     rewards,
     schedules,
+    settlements,
+    wallets,
     web,
 )
 from pipeline.bootstrap import remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.process_memory import configure_process_memory
 from pipeline.services import Services
+from pipeline.settlement.claims import chain_claimed_reader
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
 # Multipart framing and the small form fields ride on top of the file itself.
@@ -56,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.db = services.db
     app.state.store = services.store
     app.state.key_verifier = services.key_verifier()
+    app.state.claimed_reader = chain_claimed_reader(services.settings)
     install_error_handlers(app)
     install_openapi(app, settings)
     for module in (
@@ -71,6 +75,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(module.router)
     app.include_router(rewards.router)
+    app.include_router(settlements.router)
+    app.include_router(wallets.router)
     app.include_router(docs.router)
 
     def limit_for(path: str) -> int:

@@ -21,6 +21,7 @@ from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, Unauthenticated
 from pipeline.core.tables import INT32_MAX
 from pipeline.models.registry import require_model_owner
+from pipeline.settlement.claims import ClaimedReader
 from pipeline.store.objectstore import ObjectStore
 
 # Model ids are 32-bit integers in the database: a larger id is a bad request (400), not a
@@ -80,6 +81,12 @@ async def request_settings(request: Request) -> Settings:
 async def get_db(request: Request) -> Database:
     db: Database = request.app.state.db
     return db
+
+
+async def get_claimed_reader(request: Request) -> ClaimedReader:
+    """What wallets claimed on chain (pipeline.settlement.claims); tests put their own chain."""
+    reader: ClaimedReader = request.app.state.claimed_reader
+    return reader
 
 
 async def get_store(request: Request) -> ObjectStore:

@@ -28,6 +28,7 @@ def _build() -> dict[str, Any]:
     from assets.evaluation import evaluation_and_rewards
     from assets.partitions import EVALUATION_JOB, TAG_CONCURRENCY
     from assets.resources import resource_defs
+    from assets.settlement import SETTLEMENT_ASSET_JOB, settlement, settlement_reconciles
 
     assets: list[Any] = [
         dataset_version,
@@ -61,9 +62,9 @@ def _build() -> dict[str, Any]:
         description="Checks, evaluates and rewards the pending dataset versions of one model.",
     )
     return {
-        "ASSETS": assets,
-        "ASSET_CHECKS": checks,
-        "JOBS": [evaluation_job],
+        "ASSETS": [*assets, settlement],
+        "ASSET_CHECKS": [*checks, settlement_reconciles],
+        "JOBS": [evaluation_job, SETTLEMENT_ASSET_JOB],
         "RESOURCES": resource_defs(),
     }
 

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import contributor, demo, operate, orgs, partitions, payouts
+from cli import contributor, demo, operate, orgs, partitions, payouts, settle
 from cli.devmode import quiet_library_loggers
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DomainError
@@ -21,6 +21,7 @@ REGISTRARS: list[Register] = [
     demo.register,
     partitions.register,
     payouts.register,
+    settle.register,
 ]
 
 

@@ -14,7 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel
 
-from api.deps import JSON_ONLY_RESPONSES, ModelId, current_user, get_db, json_write_request
+from api.deps import (
+    JSON_ONLY_RESPONSES,
+    ModelId,
+    current_user,
+    get_claimed_reader,
+    get_db,
+    json_write_request,
+)
 from pipeline.auth.sessions import Identity
 from pipeline.core.db import Database
 from pipeline.models.registry import get_model
@@ -27,6 +34,7 @@ from pipeline.rewards.ledger import (
     put_profile,
     wallet_rewards,
 )
+from pipeline.settlement.claims import ClaimedReader, wallet_settlement
 
 router = APIRouter(prefix="/api", tags=["rewards"])
 
@@ -60,6 +68,8 @@ class RewardEntryOut(ValuationFields):
     evaluationId: str  # noqa: N815
     datasetVersion: str | None  # noqa: N815
     tokens: float
+    # The exact amount in base units (10**-18 token), a decimal string (it exceeds 2**53).
+    amount: str
     metricName: str  # noqa: N815
     improvementPct: float | None  # noqa: N815
     # How the share was computed: accepted rows the shares' game trained on, and whether the
@@ -73,6 +83,12 @@ class RewardEntryOut(ValuationFields):
 class WalletRewards(BaseModel):
     wallet: str
     totalTokens: float  # noqa: N815
+    totalAmount: str  # noqa: N815 - base units, a decimal string
+    # Settled by the last epoch on chain, claimed from the distributor, and the difference
+    # (base units; claimed and claimable null while the chain does not answer).
+    settledAmount: str  # noqa: N815
+    claimedAmount: str | None  # noqa: N815
+    claimableAmount: str | None  # noqa: N815
     count: int
     entries: list[RewardEntryOut]
 
@@ -117,8 +133,9 @@ def get_rewards(
     ),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     db: Database = Depends(get_db),
+    claimed: ClaimedReader = Depends(get_claimed_reader),
 ) -> dict[str, Any]:
-    return wallet_rewards(db, wallet, limit)
+    return {**wallet_rewards(db, wallet, limit), **wallet_settlement(db, wallet, claimed)}
 
 
 @router.get(

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import (
     MODEL_ID_TEXT,
+    get_claimed_reader,
     get_db,
     json_write_request,
     request_settings,
@@ -41,10 +42,13 @@ from pipeline.auth.sessions import decode_token
 from pipeline.checks.quality import QualityThresholds
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
-from pipeline.core.errors import NotFound, Unauthenticated
+from pipeline.core.errors import InvalidInput, NotFound, Unauthenticated
 from pipeline.models.registry import get_model, list_models
 from pipeline.rewards.budget import try_level
 from pipeline.rewards.formula import FULL_VOLUME_ROWS, volume_factor
+from pipeline.rewards.ledger import wallet_rewards
+from pipeline.settlement.claims import ClaimedReader, wallet_settlement
+from pipeline.settlement.wallet_proof import wallet_status
 
 router = APIRouter(tags=["web"], include_in_schema=False)
 
@@ -247,6 +251,49 @@ def _rule_values(settings: Settings, limits: QualityThresholds, field_count: int
         "volume_examples": examples,
         "extra_rules_html": "\n    ".join(extra),
     }
+
+
+@router.get("/wallets/{wallet}", response_class=HTMLResponse)
+def wallet_page(
+    wallet: str,
+    db: Database = Depends(get_db),
+    claimed: ClaimedReader = Depends(get_claimed_reader),
+) -> HTMLResponse:
+    """A wallet's earnings, what the last epoch settled, what it claimed and can claim."""
+    try:
+        rewards = wallet_rewards(db, wallet)
+    except InvalidInput as exc:
+        return _page("not_found.html", status_code=400, message=exc.detail)
+    settled = wallet_settlement(db, wallet, claimed)
+    status = wallet_status(db, wallet)
+    row = _template("wallet_entry.html")
+    entries = [
+        row.substitute(
+            when=html.escape(entry["createdAt"] or ""),
+            model=entry["modelId"],
+            version=html.escape(entry["datasetVersion"] or ""),
+            tokens=html.escape(f"{entry['tokens']:g}"),
+        )
+        for entry in rewards["entries"]
+    ]
+    claimable = settled["claimableAmount"]
+    claim_html = (
+        f'<a href="/api/claims/{html.escape(rewards["wallet"])}">Claim data (amount and proof)</a>'
+        if claimable not in (None, "0")
+        else "Nothing to claim now."
+    )
+    return _page(
+        "wallet.html",
+        wallet=rewards["wallet"],
+        verified="Verified by signature" if status["verified"] else "Not verified",
+        earned=f"{rewards['totalTokens']:g}",
+        earned_units=rewards["totalAmount"],
+        settled=settled["settledAmount"],
+        claimed=settled["claimedAmount"] or "unknown (the chain does not answer)",
+        claimable=claimable or "unknown",
+        claim_html=claim_html,
+        entries_html="\n".join(entries),
+    )
 
 
 @router.get("/static/{path:path}")

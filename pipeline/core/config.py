@@ -105,6 +105,17 @@ class Settings(BaseSettings):
     trainer_env_install_seconds: int = Field(default=600, ge=1)
     trainer_envs_max_total_mb: int = Field(default=20480, ge=1)
 
+    # Settlement on an EVM chain (docs/settlement.md); off while SETTLEMENT_RPC_URL is unset.
+    settlement_rpc_url: str | None = None
+    # The RPC URL wallets are told to use for claims (GET /api/claims); unset: the one above.
+    settlement_public_rpc_url: str | None = None
+    settlement_chain_id: int | None = Field(default=None, ge=1)
+    settlement_token_address: str | None = None
+    settlement_distributor_address: str | None = None
+    # The contracts' owner (mints, publishes roots): a secret, never logged nor stored.
+    settlement_owner_key: SecretStr | None = None
+    settlement_schedule: str = "0 0 * * 1"
+
     # Service wiring. development: what only `marketplace dev` may do (a plain tcp:// dask
     # scheduler off this host); `marketplace dev` sets it.
     marketplace_mode: Literal["production", "development"] = "production"

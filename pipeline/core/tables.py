@@ -27,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from pipeline.core.token_units import TokenUnits
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -351,6 +353,8 @@ class RewardEntry(Base):
     model_id: Mapped[int] = mapped_column(Integer)
     wallet_address: Mapped[str] = mapped_column(String(42), index=True)
     tokens: Mapped[float] = mapped_column(Float)
+    # The exact amount in base units (10**-18 token); `tokens` is its float, kept for readers.
+    units: Mapped[int] = mapped_column(TokenUnits())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -452,3 +456,7 @@ class KeyUsage(Base):
     key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), primary_key=True)
     month: Mapped[str] = mapped_column(String(7), primary_key=True)  # YYYY-MM
     count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+# The settlement tables share this schema (and `Base`); imported here so every user has them.
+from pipeline.core import settlement_tables as _settlement_tables  # noqa: E402, F401

@@ -43,7 +43,11 @@ def check_limit(limit: int) -> int:
 
 
 def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    """A wallet's ledger entries, newest first, with the total over all its entries."""
+    """A wallet's ledger entries, newest first, with the total over all its entries.
+
+    `totalAmount` and each entry's `amount` are the exact amounts in base units (10**-18 token)
+    as decimal strings; `totalTokens` and `tokens` are their floats, as before.
+    """
     validate_wallet(wallet)
     check_limit(limit)
     canonical = to_checksum_address(wallet)
@@ -53,6 +57,12 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 RewardEntry.wallet_address == canonical
             )
         ).one()
+        # Summed here: SQLite keeps the amounts as text, which its sum() would read as doubles.
+        total_units = sum(
+            session.scalars(
+                select(RewardEntry.units).where(RewardEntry.wallet_address == canonical)
+            )
+        )
         rows = session.execute(
             select(RewardEntry, Evaluation, DatasetVersion.version, Contribution.quality)
             .join(Evaluation, RewardEntry.evaluation_id == Evaluation.id)
@@ -65,6 +75,7 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
     return {
         "wallet": canonical,
         "totalTokens": round(float(total), 6),
+        "totalAmount": str(total_units),
         "count": int(count),
         "entries": [
             {
@@ -74,6 +85,7 @@ def wallet_rewards(db: Database, wallet: str, limit: int = DEFAULT_LIMIT) -> dic
                 "evaluationId": entry.evaluation_id,
                 "datasetVersion": version,
                 "tokens": entry.tokens,
+                "amount": str(entry.units),
                 "metricName": evaluation.metric_name,
                 "improvementPct": evaluation.improvement_pct,
                 **valuation_fields(evaluation),

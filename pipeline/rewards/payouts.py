@@ -39,6 +39,7 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
+from pipeline.core.token_units import units_from_tokens
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import (
@@ -324,6 +325,7 @@ def _write_payment(session: Any, member: _Member) -> None:
                 model_id=job.model_id,
                 wallet_address=canonical_wallet(wallet),
                 tokens=amount,
+                units=units_from_tokens(amount),
             )
         )
     session.flush()

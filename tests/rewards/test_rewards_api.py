@@ -61,6 +61,10 @@ def test_rewards_of_a_wallet_without_entries_is_empty(client: Any) -> None:
     assert response.json() == {
         "wallet": to_checksum_address(WALLET_B),
         "totalTokens": 0.0,
+        "totalAmount": "0",
+        "settledAmount": "0",
+        "claimedAmount": "0",
+        "claimableAmount": "0",
         "count": 0,
         "entries": [],
     }

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {ERC20} from "@openzeppelin/contracts/token/ERC20/ERC20.sol";
+import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
+
+/// @title The marketplace's reward token: 18 decimals, 1 token = 1 % improvement.
+/// @notice Only the owner (the settlement's key) mints, and it mints to the distributor.
+contract RewardToken is ERC20, Ownable {
+    constructor(string memory name_, string memory symbol_, address owner_)
+        ERC20(name_, symbol_)
+        Ownable(owner_)
+    {}
+
+    function mint(address to, uint256 amount) external onlyOwner {
+        _mint(to, amount);
+    }
+}
