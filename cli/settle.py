@@ -35,7 +35,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_settle(args: argparse.Namespace) -> int:
-    from pipeline.bootstrap import Services
+    from pipeline.services import Services
     from pipeline.settlement.chain import ChainError
     from pipeline.settlement.epoch_keys import epoch_end, epoch_of
     from pipeline.settlement.epochs import settle_epoch

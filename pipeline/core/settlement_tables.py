@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from pipeline.core.tables import Base, utcnow
+from pipeline.core.table_base import Base, utcnow
 from pipeline.core.token_units import TokenUnits
 
 # The steps of an epoch, in order; each is committed before the next starts.

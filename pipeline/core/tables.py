@@ -6,97 +6,48 @@ two.
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
+from pipeline.core.table_base import (
+    INT32_MAX as INT32_MAX,
+)
+from pipeline.core.table_base import (
+    NAMING as NAMING,
+)
+from pipeline.core.table_base import (
+    Base as Base,
+)
+from pipeline.core.table_base import (
+    UTCDateTime as UTCDateTime,
+)
+from pipeline.core.table_base import (
+    canonical_uuid as canonical_uuid,
+)
+from pipeline.core.table_base import (
+    isoformat_utc as isoformat_utc,
+)
+from pipeline.core.table_base import (
+    new_uuid as new_uuid,
+)
+from pipeline.core.table_base import (
+    utcnow as utcnow,
+)
 from pipeline.core.token_units import TokenUnits
-
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-# The largest value of an Integer column (32-bit on PostgreSQL): model ids, quotas. A larger id
-# cannot exist, and some drivers overflow on it instead of finding nothing.
-INT32_MAX = 2_147_483_647
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def isoformat_utc(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a `Z`, the one timestamp format of every API body; None stays None."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def new_uuid() -> str:
-    return str(uuid.uuid4())
-
-
-def canonical_uuid(value: str) -> str | None:
-    """An id as stored (canonical UUID text), or None when it is not a UUID."""
-    if len(value) > 45:
-        return None
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map: ClassVar[dict[Any, Any]] = {
-        dict[str, Any]: JSON,
-        list[Any]: JSON,
-        datetime: UTCDateTime(),
-    }
 
 
 class Model(Base):

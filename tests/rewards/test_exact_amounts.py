@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, select, text
 
-from pipeline.bootstrap import Services
+from pipeline.services import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import downgrade, upgrade
