@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
-from pipeline.models.estimators import build_estimator
+from pipeline.models.estimators import Recipe, build_estimator
 from pipeline.models.row_keys import poisson_counts, row_keys
 from pipeline.rewards.surrogate import stratified_sample
 from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
@@ -125,3 +125,19 @@ def test_one_accepted_row_fewer_moves_a_forests_payout_less_than_positional_draw
         estimators.CATALOG, "random_forest_classifier", dataclasses.replace(kind, keyed=False)
     )
     assert keyed < 0.5 * mean_move()
+
+
+def test_a_keyed_forest_keeps_the_owners_parameters_and_their_rate() -> None:
+    """`max_samples` is the Poisson rate of the keyed draws (sklearn refuses it without its own
+    bootstrap, which the keyed fit turns off for the trees), and the forest's parameters are
+    the owner's again after the fit (a pickled model holds no keys)."""
+    frame = REST.iloc[:200]
+    recipe = Recipe("random_forest_regressor", {"max_samples": 0.5, "n_estimators": 20})
+    model = build_estimator(recipe, "regression")
+    model.fit(
+        frame.drop(columns="target"), frame.target.to_numpy(), model__row_keys=row_keys(frame)
+    )
+    forest = model["model"]
+    assert forest.get_params()["max_samples"] == 0.5 and forest.bootstrap
+    assert np.isfinite(model.predict(BENCH.drop(columns="target"))).all()
+    assert poisson_counts(row_keys(REST), 3, 0.5).mean() == pytest.approx(0.5, abs=0.1)
