@@ -12,6 +12,13 @@ service values it (`value_batch` with the deployed settings). Then again:
 Per perturbation: the largest move of a paid share in % of the reference pool (a rejected
 contribution is paid 0), the move of the paid pool in % of it, and the flips: contributions
 holding at least `FLIP_SHARE` of the pool that change between paid and rejected.
+
+`--payout-fits K` (K > 1) plays the expected game at small K instead of the deployed one (a
+candidate of issue 35, measured, not deployed): each coalition's predictions are those of K
+fits, fit k on the rows whose `keyed_uniform` draw for k is below `SUBSAMPLE` (the same rows
+left out of fit k in every coalition), stacked, so a metric that is a mean over benchmark rows
+is the mean over the K fits. Its paired bootstrap treats the K copies of a benchmark row as
+independent rows: its interval is narrower than it should be.
 """
 
 from __future__ import annotations
@@ -25,13 +32,45 @@ import numpy as np
 import pandas as pd
 
 from bench._faithfulness import scale_scenario
+from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
+from pipeline.models.row_keys import keyed_uniform, row_keys
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 FLIP_SHARE = 0.05
 OTHER_SEED = 1
 GOALS = {"share_move": 2.0, "pool_move": 10.0}  # % of the pool
+SUBSAMPLE = 0.9
+
+
+class ExpectedScorer(BenchmarkScorer):
+    """`scorer`'s benchmark and model, each prediction stacked over `fits` keyed subsamples."""
+
+    def __init__(self, scorer: BenchmarkScorer, fits: int) -> None:
+        options: Any = {
+            "task_type": scorer.task_type,
+            "estimator": scorer.recipe,
+            "trainer": scorer.trainer,
+            "target_column": scorer.target_column,
+            "input_columns": scorer.input_columns,
+            "metric_name": scorer.metric.name,
+        }
+        super().__init__(scorer.bench, **options)
+        self.fits = fits
+
+    def predict(self, train_df: pd.DataFrame) -> Predictions:
+        if train_df.empty:
+            return super().predict(train_df)
+        keys = row_keys(train_df)
+        found = [
+            super(ExpectedScorer, self).predict(train_df[keyed_uniform(keys, 1000 + k) < SUBSAMPLE])
+            for k in range(self.fits)
+        ]
+        first = found[0]
+        y_true = np.concatenate([p.y_true for p in found])
+        outputs = np.concatenate([p.outputs for p in found])
+        return Predictions(first.metric_name, y_true, outputs, first.classes)
 
 
 @contextmanager
@@ -90,6 +129,7 @@ def measure_payout(
     draws: int,
     settings: ValuationSettings,
     on_row: Callable[[dict[str, Any]], None],
+    fits: int = 1,
 ) -> list[dict[str, Any]]:
     """One row per scenario and perturbation (module docstring)."""
     rows = []
@@ -100,6 +140,8 @@ def measure_payout(
                     scorer, base, contributions = scale_scenario(
                         accepted, players, 10 * players + seed, estimator
                     )
+                    if fits > 1:
+                        scorer = ExpectedScorer(scorer, fits)
                     rows.extend(
                         _case(scorer, base, contributions, estimator, seed, draws, settings, on_row)
                     )
@@ -189,6 +231,9 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--payout-players", default="2,4,6", help="batch sizes")
     parser.add_argument("--payout-seeds", type=int, default=4, help="scenarios per cell")
     parser.add_argument("--payout-draws", type=int, default=4, help="one-row-fewer draws")
+    parser.add_argument(
+        "--payout-fits", type=int, default=1, help="K > 1: the expected game at small K"
+    )
 
 
 def run(args: Any, settings: ValuationSettings) -> float:
@@ -218,7 +263,9 @@ def run(args: Any, settings: ValuationSettings) -> float:
         args.payout_draws,
         settings,
         show,
+        args.payout_fits,
     )
+    print(f"payout_fits: {args.payout_fits}")
     lines, ratio = summary(rows)
     for line in lines:
         print(line)
