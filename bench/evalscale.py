@@ -42,6 +42,11 @@ projections printed instead. Last line: `ratio: X` = the worst over the measured
 (batch of 1, warm) / one fit (goal ≤ 1.3) and (batch of 16) / one fit / 3 (goal ≤ 1.0); the
 lines before it give each of the two worst figures against its own goal (`cost_batch_1_worst`,
 `cost_batch_16_worst`) and `cost_goals_met`.
+
+`--parts payout` (bench/_payout.py, issue 35): the deployed payout again with one accepted row
+fewer, the rows reordered and another estimator seed; the largest paid-share move (goal <= 2 %
+of the pool), the pool's move (<= 10 %) and flips; `--quick` for 10,000 rows, batches of 2, two
+seeds, two draws. Alone, its `ratio:` is the worst figure over its goal.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from bench import _payout
 from bench._faithfulness import FAMILIES, SURROGATES, measure
 from bench._faithfulness_scale import measure_scale
 from bench._sensitivity import measure_sensitivity
@@ -394,6 +400,7 @@ def main() -> None:
         "knn, knn-proximity",
     )
     parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators to time")
+    _payout.add_arguments(parser)
     args = parser.parse_args()
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.batches = sorted(int(s) for s in args.batches.split(","))
@@ -420,6 +427,7 @@ def main() -> None:
         faithfulness(args, engine)
     if "sensitivity" in parts:
         sensitivity(args, engine)
+    payout = _payout.run(args, settings) if "payout" in parts else None
     print(f"total_wall_seconds: {time.perf_counter() - started:.0f}")
     if worst:
         # The two goals differ (1.3 and 1.0), so the single `ratio:` alone does not say
@@ -432,6 +440,8 @@ def main() -> None:
                 print(f"cost_batch_{batch}_worst: {max(figures):.3f} (goal <= {goal})")
         print(f"cost_goals_met: {'yes' if met else 'no'}")
         print(f"ratio: {max(value for _, value in worst):.3f}")
+    elif payout is not None:
+        print(f"ratio: {payout:.3f}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ Trivial baselines, used instead of fitting an estimator when there is nothing to
 A model with the owner's training code (`trainer`) is fitted in the sandbox instead of by a
 listed estimator (`pipeline.sandbox`); the trivial baselines above stand in for it too, so
 the owner's code is only ever given rows it can learn from.
+
+Training rows are put in a canonical order (a hash of their content) before any fit, the
+estimator's or the owner's: the order in which rows were stored changes nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from pipeline.evaluation.metrics import (
     metric_score,
     sorted_labels,
 )
-from pipeline.models.estimators import Recipe, as_recipe, build_estimator, validate_estimator
+from pipeline.models.estimators import (
+    CATALOG,
+    Recipe,
+    as_recipe,
+    build_estimator,
+    validate_estimator,
+)
+from pipeline.models.row_keys import canonical_order, row_keys
 
 if TYPE_CHECKING:
     from pipeline.sandbox.runner import OwnerTrainer
@@ -135,8 +145,9 @@ class BenchmarkScorer:
         """The owner's code fits and predicts in the sandbox; it is given the training rows and
         the benchmark's features, never the benchmark's labels. Scored here, on them."""
         assert self.trainer is not None
+        used = [*columns, self.target_column]
         output = self.trainer.predict(
-            train[[*columns, self.target_column]].reset_index(drop=True),
+            canonical_order(train[used]).reset_index(drop=True),
             self.bench[columns].reset_index(drop=True),
             target=self.target_column,
             task_type=self.task_type,
@@ -243,10 +254,17 @@ def _baseline(
 def _fit(
     train: pd.DataFrame, columns: list[str], task_type: str, recipe: Recipe, target_column: str
 ) -> Any:
+    """The recipe's pipeline fitted on `train`, its rows in their canonical order and, for a
+    keyed estimator, with their keys (`pipeline.models.row_keys`)."""
+    used = [*columns, target_column]
+    keys = row_keys(train, used)
+    order = np.argsort(keys, kind="stable")
+    train, keys = train.iloc[order], keys[order]
     y = train[target_column]
     pipeline = build_estimator(recipe, task_type, rows=len(train))
+    params = {"model__row_keys": keys} if CATALOG[recipe.estimator].keyed else {}
     try:
-        pipeline.fit(train[columns], y.to_numpy())
+        pipeline.fit(train[columns], y.to_numpy(), **params)
     except (ValueError, TypeError) as exc:
         # Typically a classification target holding continuous numbers, or labels of mixed
         # types (0 and "0") that cannot be sorted.

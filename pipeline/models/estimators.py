@@ -4,7 +4,8 @@ A *recipe* is an estimator name from `CATALOG`, the owner's parameters for it (c
 registration by `pipeline.models.recipe_checks`) and the preprocessing in front of it
 (`pipeline.models.preprocessing`). Every fit is deterministic: each estimator's seed and thread
 count are fixed by the catalog (`fixed`, which an owner cannot change), so the same data always
-yields the same model, and so the same score and reward.
+yields the same model, and so the same score and reward. Forests draw their bootstrap from the
+rows' content (`pipeline.models.keyed_forest`), not from their positions.
 
 HistGradientBoosting turns early stopping on by itself above 10,000 rows, holding out a
 validation split of the training rows: the "with" and "without" fits of a valuation would then
@@ -49,6 +50,7 @@ class EstimatorKind:
     dense: bool = False  # refuses sparse input: the preprocessing hands it a dense matrix
     neighbours: bool = False  # n_neighbors is capped at the training rows
     openmp: bool = False  # threads only through OpenMP: limited around each fit and prediction
+    keyed: bool = False  # its fit takes `row_keys` (pipeline.models.keyed_forest)
 
     def load(self) -> type[Any]:
         module, name = self.cls.split(":")
@@ -72,8 +74,9 @@ CATALOG: dict[str, EstimatorKind] = {
     ),
     "random_forest_classifier": EstimatorKind(
         "classification",
-        "sklearn.ensemble:RandomForestClassifier",
+        "pipeline.models.keyed_forest:KeyedRandomForestClassifier",
         {**_SEEDED, "n_jobs": THREADS},
+        keyed=True,
     ),
     "gradient_boosting_classifier": EstimatorKind(
         "classification", "sklearn.ensemble:GradientBoostingClassifier", _SEEDED
@@ -99,7 +102,10 @@ CATALOG: dict[str, EstimatorKind] = {
     ),
     "ridge": EstimatorKind("regression", "sklearn.linear_model:Ridge", _SEEDED),
     "random_forest_regressor": EstimatorKind(
-        "regression", "sklearn.ensemble:RandomForestRegressor", {**_SEEDED, "n_jobs": THREADS}
+        "regression",
+        "pipeline.models.keyed_forest:KeyedRandomForestRegressor",
+        {**_SEEDED, "n_jobs": THREADS},
+        keyed=True,
     ),
     "hist_gradient_boosting_regressor": EstimatorKind(
         "regression",

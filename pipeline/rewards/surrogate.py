@@ -20,7 +20,8 @@ linear model whose coalition fits cost d × d solves (d: feature columns):
   through the methods `_objective`, `_preprocessing` and `_scaled`).
 - Accepted rows beyond `max_base_rows` are replaced by a sample, stratified by class, whose
   rows carry the weight of the rows they stand for, so the accepted data keeps its mass against
-  the batch; the sample is seeded.
+  the batch; which rows are kept depends on their content, not their positions
+  (`stratified_sample`).
 
 The game's value is the benchmark metric of the surrogate's predictions, as an improvement over
 the surrogate trained on the accepted rows alone. Only the *proportions* of its Shapley values
@@ -46,6 +47,7 @@ from pipeline.evaluation.metrics import (
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.bulk_preprocessing import BulkFeatures, bulk_features
 from pipeline.models.estimators import Recipe, build_estimator, check_estimator
+from pipeline.models.row_keys import keyed_uniform, row_keys
 from pipeline.rewards.logistic_parts import LogisticPart
 from pipeline.rewards.surrogate_fits import (
     AtFullFit,
@@ -79,17 +81,28 @@ def stratified_sample(
     frame: pd.DataFrame, target: str, limit: int, stratify: bool, seed: int = SAMPLE_SEED
 ) -> tuple[pd.DataFrame, float]:
     """At most about `limit` rows of `frame` (each class sampled at the same rate when
-    `stratify`) and the weight each sampled row carries."""
+    `stratify`) and the weight each sampled row carries.
+
+    The rows kept are those of smallest `keyed_uniform` draw of their content
+    (`pipeline.models.row_keys`), as many of each class as the rate gives, in that order: a
+    row's chance to be kept is its own, so one row more or fewer changes the sample by at
+    most that row and the one at the cut, and the stored order changes nothing."""
     if len(frame) <= limit:
         return frame, 1.0
     share = limit / len(frame)
+    draws = keyed_uniform(row_keys(frame), seed)
     if stratify and target in frame.columns:
-        sample = frame.groupby(target, dropna=False, group_keys=False).sample(
-            frac=share, random_state=seed
-        )
+        codes = pd.factorize(frame[target], use_na_sentinel=False)[0]
     else:
-        sample = frame.sample(n=limit, random_state=seed)
-    return sample, len(frame) / max(len(sample), 1)
+        codes = np.zeros(len(frame), dtype=np.int64)
+    kept: list[np.ndarray] = []
+    for code in np.unique(codes):
+        members = np.flatnonzero(codes == code)
+        take = round(share * len(members)) if len(np.unique(codes)) > 1 else limit
+        kept.append(members[np.argsort(draws[members], kind="stable")[:take]])
+    chosen = np.concatenate(kept)
+    chosen = chosen[np.argsort(draws[chosen], kind="stable")]
+    return frame.iloc[chosen], len(frame) / max(len(chosen), 1)
 
 
 def sampled_parts(

@@ -1,0 +1,273 @@
+"""Shared by bench/evalscale.py (`--parts payout`): how far the deployed payout moves with what
+no supplier controls (issue 35).
+
+Each scenario is `scale_scenario` (demo churn without two-year contracts, `players`
+contributions of 1,000 rows with seeded label noise, a 10,000-row benchmark), valued as the
+service values it (`value_batch` with the deployed settings). Then again:
+
+- with one accepted row fewer (`draws` rows, drawn with a fixed seed),
+- with the accepted rows reordered,
+- with another seed of the estimator (its catalog `random_state`, which an owner cannot set).
+
+Per perturbation: the largest move of a paid share in % of the reference pool (a rejected
+contribution is paid 0), the move of the paid pool in % of it, and the flips: contributions
+holding at least `FLIP_SHARE` of the pool that change between paid and rejected.
+
+`--payout-fits K` (K > 1) plays the expected game at small K instead of the deployed one (a
+candidate of issue 35, measured, not deployed): each coalition's predictions are those of K
+fits, fit k on the rows whose `keyed_uniform` draw for k is below `SUBSAMPLE` (the same rows
+left out of fit k in every coalition), stacked, so a metric that is a mean over benchmark rows
+is the mean over the K fits. Its paired bootstrap treats the K copies of a benchmark row as
+independent rows: its interval is narrower than it should be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench._faithfulness import scale_scenario
+from pipeline.evaluation.metrics import Predictions
+from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.models import estimators
+from pipeline.models.row_keys import keyed_uniform, row_keys
+from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
+
+FLIP_SHARE = 0.05
+OTHER_SEED = 1
+GOALS = {"share_move": 2.0, "pool_move": 10.0}  # % of the pool
+SUBSAMPLE = 0.9
+
+
+class ExpectedScorer(BenchmarkScorer):
+    """`scorer`'s benchmark and model, each prediction stacked over `fits` keyed subsamples."""
+
+    def __init__(self, scorer: BenchmarkScorer, fits: int) -> None:
+        options: Any = {
+            "task_type": scorer.task_type,
+            "estimator": scorer.recipe,
+            "trainer": scorer.trainer,
+            "target_column": scorer.target_column,
+            "input_columns": scorer.input_columns,
+            "metric_name": scorer.metric.name,
+        }
+        super().__init__(scorer.bench, **options)
+        self.fits = fits
+
+    def predict(self, train_df: pd.DataFrame) -> Predictions:
+        if train_df.empty:
+            return super().predict(train_df)
+        keys = row_keys(train_df)
+        found = [
+            super(ExpectedScorer, self).predict(train_df[keyed_uniform(keys, 1000 + k) < SUBSAMPLE])
+            for k in range(self.fits)
+        ]
+        first = found[0]
+        y_true = np.concatenate([p.y_true for p in found])
+        outputs = np.concatenate([p.outputs for p in found])
+        return Predictions(first.metric_name, y_true, outputs, first.classes)
+
+
+@contextmanager
+def other_seed(estimator: str) -> Iterator[None]:
+    """The catalog's seed of `estimator` replaced by `OTHER_SEED` (if it has one)."""
+    kind = estimators.CATALOG[estimator]
+    if "random_state" not in kind.fixed:
+        yield
+        return
+    fixed = {**kind.fixed, "random_state": OTHER_SEED}
+    estimators.CATALOG[estimator] = dataclasses.replace(kind, fixed=fixed)
+    try:
+        yield
+    finally:
+        estimators.CATALOG[estimator] = kind
+
+
+def paid(valuation: BatchValuation) -> dict[str, float]:
+    """Each contribution's paid share in % points (0 when rejected or the pool is not paid)."""
+    if not valuation.significant:
+        return dict.fromkeys(valuation.shares, 0.0)
+    return {k: (v if k in valuation.accepted else 0.0) for k, v in valuation.shares.items()}
+
+
+def moves(reference: BatchValuation, other: BatchValuation) -> tuple[float, float, int]:
+    """(largest paid-share move, pool move) in % of the reference's paid pool, and flips."""
+    first, second = paid(reference), paid(other)
+    # An unpaid reference whose perturbation pays: measured against the pool that was paid.
+    pool = sum(first.values()) or sum(second.values())
+    if pool <= 0:
+        return 0.0, 0.0, 0
+    share = max(abs(second[k] - first[k]) for k in first) / pool * 100.0
+    pool_move = abs(sum(second.values()) - sum(first.values())) / pool * 100.0
+    big = [k for k in first if max(first[k], second[k]) >= FLIP_SHARE * pool]
+    flips = sum((first[k] > 0) != (second[k] > 0) for k in big)
+    return share, pool_move, flips
+
+
+def perturbations(
+    scorer: BenchmarkScorer, base: pd.DataFrame, draws: int, seed: int
+) -> Iterator[tuple[str, pd.DataFrame, bool]]:
+    """(name, accepted rows, another seed?) of each perturbation."""
+    rng = np.random.default_rng(seed * 31 + 5)
+    for draw in range(draws):
+        left_out = int(rng.integers(len(base)))
+        yield f"row-{draw}", base.drop(index=base.index[left_out]).reset_index(drop=True), False
+    yield "reordered", base.sample(frac=1, random_state=seed + 3).reset_index(drop=True), False
+    yield "seed", base, True
+
+
+def measure_payout(
+    estimator_names: list[str],
+    accepted_sizes: list[int],
+    sizes: list[int],
+    seeds: list[int],
+    draws: int,
+    settings: ValuationSettings,
+    on_row: Callable[[dict[str, Any]], None],
+    fits: int = 1,
+) -> list[dict[str, Any]]:
+    """One row per scenario and perturbation (module docstring)."""
+    rows = []
+    for estimator in estimator_names:
+        for accepted in accepted_sizes:
+            for players in sizes:
+                for seed in seeds:
+                    scorer, base, contributions = scale_scenario(
+                        accepted, players, 10 * players + seed, estimator
+                    )
+                    if fits > 1:
+                        scorer = ExpectedScorer(scorer, fits)
+                    rows.extend(
+                        _case(scorer, base, contributions, estimator, seed, draws, settings, on_row)
+                    )
+    return rows
+
+
+def _case(
+    scorer: BenchmarkScorer,
+    base: pd.DataFrame,
+    contributions: list[Player],
+    estimator: str,
+    seed: int,
+    draws: int,
+    settings: ValuationSettings,
+    on_row: Callable[[dict[str, Any]], None],
+) -> list[dict[str, Any]]:
+    def value(accepted: pd.DataFrame) -> BatchValuation:
+        return value_batch(
+            scorer, accepted, contributions, higher_is_better=True, settings=settings
+        )
+
+    reference = value(base)
+    found = []
+    for name, accepted, reseed in perturbations(scorer, base, draws, seed):
+        if reseed:
+            with other_seed(estimator):
+                other = value(accepted)
+        else:
+            other = value(accepted)
+        share, pool_move, flips = moves(reference, other)
+        row = {
+            "estimator": estimator,
+            "accepted": len(base),
+            "players": len(contributions),
+            "seed": seed,
+            "method": reference.method,
+            "pool_pct": sum(paid(reference).values()),
+            "perturbation": name,
+            "other_pool_pct": sum(paid(other).values()),
+            "share_move": share,
+            "pool_move": pool_move,
+            "flips": flips,
+            "shares": " ".join(
+                f"{a:.3f}>{b:.3f}"
+                for a, b in zip(paid(reference).values(), paid(other).values(), strict=True)
+            ),
+        }
+        found.append(row)
+        on_row(row)
+    return found
+
+
+def summary(rows: list[dict[str, Any]]) -> tuple[list[str], float]:
+    """`figure: value` lines per estimator and accepted size, and the ratio (worst figure over
+    its goal; a flip counts as 1 + flips, the goal being none)."""
+    lines, ratio = [], 0.0
+    cells = dict.fromkeys((r["estimator"], r["accepted"]) for r in rows)
+    for estimator, accepted in cells:
+        cell = [r for r in rows if (r["estimator"], r["accepted"]) == (estimator, accepted)]
+        name = f"payout_{estimator}_{accepted}"
+        for figure, goal in GOALS.items():
+            worst = max(r[figure] for r in cell)
+            lines.append(f"{name}_max_{figure}_pct_of_pool: {worst:.2f} (goal <= {goal:g})")
+            ratio = max(ratio, worst / goal)
+        flips = sum(r["flips"] for r in cell)
+        lines.append(f"{name}_flips: {flips} (goal 0)")
+        if flips:
+            ratio = max(ratio, 1.0 + flips)
+        for kind in ("row", "reordered", "seed"):
+            part = [r for r in cell if r["perturbation"].startswith(kind)]
+            if part:
+                worst = max(r["share_move"] for r in part)
+                lines.append(f"{name}_{kind}_max_share_move_pct_of_pool: {worst:.2f}")
+    return lines, ratio
+
+
+def add_arguments(parser: Any) -> None:
+    """evalscale's options of this part."""
+    parser.add_argument(
+        "--quick", action="store_true", help="`--parts payout`: a smaller slice (10,000 rows)"
+    )
+    parser.add_argument(
+        "--payout-estimators",
+        default="logistic_regression,random_forest_classifier,hist_gradient_boosting_classifier",
+    )
+    parser.add_argument("--payout-accepted", default="10000,100000", help="accepted rows")
+    parser.add_argument("--payout-players", default="2,4,6", help="batch sizes")
+    parser.add_argument("--payout-seeds", type=int, default=4, help="scenarios per cell")
+    parser.add_argument("--payout-draws", type=int, default=4, help="one-row-fewer draws")
+    parser.add_argument(
+        "--payout-fits", type=int, default=1, help="K > 1: the expected game at small K"
+    )
+
+
+def run(args: Any, settings: ValuationSettings) -> float:
+    """Measure, print every row and the summary lines; the part's ratio."""
+    if args.quick:
+        args.payout_accepted, args.payout_players = "10000", "2"
+        args.payout_seeds, args.payout_draws = 2, 2
+    print(
+        "payout: estimator | accepted | players | seed | method | pool % | perturbation | "
+        "pool % after | largest share move % of pool | pool move % | flips | paid shares"
+    )
+
+    def show(r: dict[str, Any]) -> None:
+        print(
+            f"payout: {r['estimator']} | {r['accepted']} | {r['players']} | {r['seed']} | "
+            f"{r['method']} | {r['pool_pct']:.3f} | {r['perturbation']} | "
+            f"{r['other_pool_pct']:.3f} | {r['share_move']:.2f} | {r['pool_move']:.2f} | "
+            f"{r['flips']} | {r['shares']}",
+            flush=True,
+        )
+
+    rows = measure_payout(
+        args.payout_estimators.split(","),
+        [int(s) for s in args.payout_accepted.split(",")],
+        [int(s) for s in args.payout_players.split(",")],
+        list(range(args.first_seed, args.first_seed + args.payout_seeds)),
+        args.payout_draws,
+        settings,
+        show,
+        args.payout_fits,
+    )
+    print(f"payout_fits: {args.payout_fits}")
+    lines, ratio = summary(rows)
+    for line in lines:
+        print(line)
+    print(f"payout_ratio: {ratio:.3f}")
+    return ratio
