@@ -21,8 +21,12 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
 }
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-# Each member a data-spec does not declare becomes a stored column: this many at most.
+# Each member a data-spec does not declare becomes a stored column: this many at most, and
+# at most this many cells in those columns together (rows x undeclared columns, nulls
+# included): 1,000 names spread one a row over a 50 MiB body would otherwise be 4 billion
+# cells, minutes of CPU and gigabytes of nulls (issue 33 review).
 MAX_UNDECLARED_MEMBERS = 1000
+MAX_UNDECLARED_CELLS = 10_000_000
 # Arrow raises these when a Python value does not fit the column's type.
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
@@ -83,11 +87,15 @@ class RowTableBuilder:
 
     def add(self, rows: Sequence[Any], start: int = 0) -> list[RowError]:
         """Append valid rows (row `start` first); errors for values no column type can hold."""
-        extra = set().union(*map(dict.keys, rows)) - self._known
+        present = set().union(*map(dict.keys, rows))
+        extra = present - self._known
         if extra:
             errors = self._check_undeclared(rows, extra, start)
             if errors:
                 return errors
+        errors = self._check_undeclared_cells(len(rows), len(extra), start)
+        if errors:
+            return errors
         try:
             struct = pa.array(rows, type=self._typed)
             typed = dict(zip(self._typed.names, struct.flatten(), strict=True))
@@ -102,9 +110,26 @@ class RowTableBuilder:
         for name, array in typed.items():
             self._typed_parts[name].append(array)
         for name, column in self._free.items():
-            column.add([row.get(name) for row in rows])
+            if name in present:
+                column.add([row.get(name) for row in rows])
+            else:  # a sparse member: no look into each row
+                column.add_nulls(len(rows))
         self._rows += len(rows)
         return []
+
+    def _check_undeclared_cells(self, count: int, new: int, start: int) -> list[RowError]:
+        """An error once the undeclared columns would hold more than MAX_UNDECLARED_CELLS."""
+        columns = len(self._known) - len(self._declared) + new
+        cells = columns * (self._rows + count)
+        if cells <= MAX_UNDECLARED_CELLS:
+            return []
+        index = start + count - 1
+        message = (
+            f"the rows' {columns} members the data-spec does not declare would be "
+            f"{cells:,} stored cells with the rows up to this one (a column each, a cell per "
+            f"row); at most {MAX_UNDECLARED_CELLS:,} are taken"
+        )
+        return [RowError(f"rows[{index}]", message, index)]
 
     def _check_undeclared(self, rows: Sequence[Any], extra: set[str], start: int) -> list[RowError]:
         """Errors for undeclared member names no stored column may have, or too many of them."""

@@ -23,9 +23,11 @@ Parse (the web form) read alike:
 Cost: a chunk without a quote costs two NumPy comparisons of its bytes (about 0.2 ms a MiB;
 three more where it holds a control byte besides "\n": "\r\n" line ends, tabs); one with quotes
 also has its quotes' neighbours checked with NumPy, assuming every quote belongs to a quoted
-value (about 1 ms a MiB of text quoted in every row: `bench/csv_text.py`); only a chunk where
-that assumption fails (quotes inside unquoted fields, or an error) is walked quote by quote in
-Python.
+value (about 1 ms a MiB of text quoted in every row: `bench/csv_text.py`). A chunk where that
+assumption fails (quotes inside unquoted fields, or an error) has its runs of quotes decided
+together, in NumPy too (`_after_runs`): at worst, a quote every other byte, about 60 ms a MiB.
+It was walked quote by quote in Python, 600 ms a MiB: a 500 MiB upload of `x"x"x"…` held a
+thread for five minutes.
 """
 
 from __future__ import annotations
@@ -68,8 +70,11 @@ class CsvTextCheck:
     first control byte or misplaced quote (see the module doc)."""
 
     def __init__(self) -> None:
-        self._inside = False  # inside a quoted value
-        self._pending = False  # the last byte was a quote that may close the value it ends
+        self._inside = False  # inside a quoted value (before the held run, if any)
+        # A run of quotes that ended the last chunk is decided with the byte after it: its
+        # length, and whether it follows a boundary (0: no run held).
+        self._run = 0
+        self._run_opens = False
         self._last = -1  # the last byte fed; -1: none yet (a field starts)
         self._offset = 0  # bytes fed so far
         self._line_feeds = 0  # line ends counted so far, for the line named in errors
@@ -86,7 +91,7 @@ class CsvTextCheck:
         feeds = int(np.count_nonzero(raw == _LINE_FEED))
         if np.count_nonzero(raw < 32) != feeds:  # a byte below 32 besides "\n": look closer
             self._check_controls(raw)
-        if self._pending or b'"' in data:  # a byte search: free where there is no quote
+        if self._run or b'"' in data:  # a byte search: free where there is no quote
             self._check_quotes(raw)
         self._last = int(raw[-1])
         if not self._line_feeds:  # lines are counted by "\r" only in a file without "\n"
@@ -96,6 +101,11 @@ class CsvTextCheck:
 
     def finish(self) -> None:
         """The end of the file: a quoted value must be closed by then."""
+        if self._run:  # the end of the file is a boundary: the run needs no check
+            self._inside = self._after_runs(
+                np.array([self._run]), np.array([self._run_opens]), self._inside
+            )[1][-1]
+            self._run = 0
         if self._inside:
             raise MalformedCsv(
                 "not a valid CSV file: a quoted value is not closed before the end of the file "
@@ -119,27 +129,50 @@ class CsvTextCheck:
     # Quotes.
 
     def _check_quotes(self, raw: np.ndarray) -> None:
+        """Every run of quotes of the chunk, decided at once (see `_after_runs`); first the
+        cheaper test of the common case, where every quote belongs to a quoted value."""
         quotes = np.flatnonzero(raw == QUOTE)
-        # The quote that ended the last chunk closed its value: a boundary must follow.
-        closed = self._pending and (quotes.size == 0 or quotes[0] != 0)
-        if closed and not _BOUNDARY[raw[0]]:
-            self._after_quote(raw, 0)
-        if quotes.size == 0:
-            self._pending = False
-            return
-        if self._all_quoted(raw, quotes):
+        if not self._run and quotes[-1] != raw.size - 1 and self._all_quoted(raw, quotes):
             self._inside = bool((int(self._inside) + quotes.size) & 1)
-            self._pending = bool(quotes[-1] == raw.size - 1 and not self._inside)
             return
-        self._walk(raw, quotes)
+        quotes = quotes.astype(np.int32)  # a chunk is under 2 GiB
+        first = np.empty(quotes.size, dtype=np.bool_)  # a run's first quote
+        first[:1] = True
+        np.not_equal(quotes[1:], quotes[:-1] + 1, out=first[1:])
+        firsts = np.flatnonzero(first)
+        starts = quotes[firsts]
+        lengths = np.diff(firsts, append=quotes.size)
+        ends = starts + lengths  # the byte after each run
+        before = raw[starts - 1].astype(np.int16)  # starts[0] - 1 may be -1: set below
+        if starts.size and starts[0] == 0:
+            before[0] = self._last
+        opens = (before < 0) | _BOUNDARY[before & 0xFF]
+        if self._run:  # the run held from the last chunk: this chunk's first run goes on with it
+            if starts.size and starts[0] == 0:
+                lengths[0] += self._run
+                opens[0] = self._run_opens
+            else:
+                lengths = np.insert(lengths, 0, self._run)
+                opens = np.insert(opens, 0, self._run_opens)
+                ends = np.insert(ends, 0, 0)
+            self._run = 0
+        if ends.size and ends[-1] == raw.size:  # decided by the next chunk's first byte
+            self._run, self._run_opens = int(lengths[-1]), bool(opens[-1])
+            lengths, opens, ends = lengths[:-1], opens[:-1], ends[:-1]
+        if not lengths.size:
+            return
+        closes, states = self._after_runs(lengths, opens, self._inside)
+        bad = closes & ~_BOUNDARY[raw[ends]]
+        if bad.any():
+            self._after_quote(raw, int(ends[np.argmax(bad)]))
+        self._inside = bool(states[-1])
 
     def _all_quoted(self, raw: np.ndarray, quotes: np.ndarray) -> bool:
-        """Whether the chunk is right if every quote in it belongs to a quoted value: then the
-        quotes alternate between outside a value (an even count before) and inside one; a run
-        of quotes that starts outside a value follows a boundary, one that ends outside a value
-        is followed by one (the chunk's last byte is decided by the next chunk)."""
-        if quotes[0] == 0 and self._last == QUOTE and not (self._inside or self._pending):
-            return False  # the last chunk ended in a quote inside an unquoted field
+        """Whether the chunk is right if every quote in it belongs to a quoted value (called
+        with no run of quotes held from the last chunk, none ending this one): then the quotes
+        alternate between outside a value (an even count before) and inside one; a run of
+        quotes that starts outside a value follows a boundary, one that ends outside a value is
+        followed by one."""
         count = quotes.size
         outside = _outside(int(self._inside), count)
         before = raw[quotes - 1]  # quotes[0] - 1 may be -1 (the last byte): set below
@@ -153,32 +186,39 @@ class CsvTextCheck:
         closes = ~outside[:inner] & (after != QUOTE)
         return not (closes & ~_BOUNDARY[after]).any()
 
-    def _walk(self, raw: np.ndarray, quotes: np.ndarray) -> None:
-        """The chunk quote by quote, allowing quotes inside unquoted fields (see `_all_quoted`)."""
-        positions = quotes.tolist()
-        last = raw.size - 1
-        index = 0
-        inside = self._inside
-        if self._pending and positions[0] == 0:  # the second quote of a "" pair
-            inside, index = True, 1
-        self._pending = False
-        while index < len(positions):
-            at = positions[index]
-            if not inside:
-                before = int(raw[at - 1]) if at > 0 else self._last
-                inside = before < 0 or bool(_BOUNDARY[before])  # else a literal quote
-                index += 1
-            elif at == last:  # closes the value, or starts a "" pair the next chunk ends
-                inside, self._pending = False, True
-                index += 1
-            elif raw[at + 1] == QUOTE:
-                index += 2
-            elif _BOUNDARY[raw[at + 1]]:
-                inside = False
-                index += 1
-            else:
-                self._after_quote(raw, at + 1)
-        self._inside = inside
+    @staticmethod
+    def _after_runs(
+        lengths: np.ndarray, opens: np.ndarray, inside: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Which runs of quotes close a quoted value, and whether each run leaves one open.
+
+        A run outside a value that follows a boundary opens one, and its other quotes are
+        pairs inside it: it closes the value again when its length is even. A run outside a
+        value after other text is that many literal quotes. A run inside a value closes it when
+        its length is odd (pairs, then the closing quote). So each run maps the state before it
+        to the state after it by one of three functions: swap (opens, odd), out (after text,
+        odd: outside either way), or keep; the state before run k is the state after the last
+        "out" run before it (outside), or the chunk's first state, flipped by each swap since.
+        All NumPy: a chunk costs the same whatever its quotes are.
+        """
+        odd = (lengths & 1).astype(np.bool_)
+        swap = opens & odd
+        out = ~opens & odd
+        swaps = np.cumsum(swap, dtype=np.int32)
+        swaps_before = swaps - swap  # the swaps before run k
+        if not out.any():  # the common case: no quote inside an unquoted field
+            state = ((swaps_before + int(inside)) & 1).astype(np.bool_)
+        else:
+            # Before run k: the last "out" run before k, then the swaps since it.
+            index = np.arange(lengths.size, dtype=np.int32)
+            last_out = np.maximum.accumulate(np.where(out, index, -1))
+            reset = np.concatenate(([-1], last_out[:-1]))
+            since = swaps_before - np.where(reset >= 0, swaps[np.maximum(reset, 0)], 0)
+            first = np.where(reset >= 0, 0, int(inside))
+            state = ((first + since) & 1).astype(np.bool_)
+        closes = (~state & opens & ~odd) | (state & odd)
+        after = ~out & (state ^ swap)
+        return closes, after
 
     def _after_quote(self, raw: np.ndarray, at: int) -> None:
         raise MalformedCsv(

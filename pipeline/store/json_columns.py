@@ -54,6 +54,10 @@ class FreeColumn:
     def add(self, values: Sequence[Any]) -> None:
         self._parts.append(_cells(values))
 
+    def add_nulls(self, count: int) -> None:
+        """A batch of `count` rows without the column."""
+        self._parts.append((pa.nulls(count), False))
+
     def finish(self) -> tuple[pa.Field, pa.ChunkedArray]:
         kinds = {array.type for array, is_json in self._parts if not is_json}
         kinds.discard(pa.null())

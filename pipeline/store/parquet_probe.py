@@ -16,9 +16,14 @@ Only then may the caller read the file itself. The children are forked by a smal
 process (`python -m pipeline.store.parquet_probe`, started at a process's first check, pyarrow
 already imported; one per concurrent check, at most four, two kept for the next): a fork of the
 caller itself would copy the locks of its other threads, and a new interpreter per file costs a
-third of a second. A child dies with its server (`PR_SET_PDEATHSIG`), a server when its caller
-closes its input. A file that passed is remembered by its identity (device, inode, size,
-modification time) for the life of the process: the pipeline reading it again pays nothing.
+third of a second. The server itself stops a child at its deadline and reaps it; the caller
+stops a server only if it has not answered a few seconds past that deadline. A child dies with
+its server (`PR_SET_PDEATHSIG`), a server when its caller closes its input. (A child whose
+server was killed is adopted by the nearest reaper: in a container, `marketplace serve` itself
+as PID 1, which does not reap it. The server reaping its own children keeps that to a server
+stuck past its grace; killed by the caller at every deadline, it left a zombie each time.)
+A file that passed is remembered by its identity (device, inode, size, modification time) for
+the life of the process: the pipeline reading it again pays nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import IO
@@ -61,6 +67,9 @@ _PR_SET_PDEATHSIG = 1
 # The child keeps no batch: small ones are decoded faster in its fresh memory than large ones.
 _BATCH_ROWS = 64 * 1024
 _MESSAGE_CHARS = 2000
+# How long past a child's deadline a server may take to stop it and answer.
+_SERVER_GRACE_SECONDS = 5.0
+_REPORT_BYTES = 4 * _MESSAGE_CHARS
 
 
 class ParquetReaderFailed(ValueError):
@@ -159,13 +168,14 @@ def _start_server() -> subprocess.Popen[bytes]:
 def _ask(server: subprocess.Popen[bytes], path: str, seconds: float) -> tuple[str, str]:
     assert server.stdin is not None and server.stdout is not None
     try:
-        server.stdin.write(json.dumps(path).encode() + b"\n")
+        server.stdin.write(json.dumps([path, seconds]).encode() + b"\n")
         server.stdin.flush()
     except OSError:
         raise ParquetReaderFailed("the Parquet reader could not be started") from None
-    ready, _, _ = select.select([server.stdout], [], [], seconds)
+    # The server answers at the child's deadline; past the grace it is stuck, and is stopped.
+    ready, _, _ = select.select([server.stdout], [], [], seconds + _SERVER_GRACE_SECONDS)
     if not ready:
-        raise ParquetReaderFailed(f"reading it takes longer than {seconds:g} s")
+        raise ParquetReaderFailed(_too_long(seconds))
     line = server.stdout.readline()
     if not line:
         raise ParquetReaderFailed("the Parquet reader stopped on it")
@@ -187,7 +197,7 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """Fork one child per requested path (a JSON line); answer [verdict, message] lines."""
     for line in requests:
-        path = json.loads(line)
+        path, seconds = json.loads(line)
         receive, send = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child
@@ -199,8 +209,13 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
             os.write(send, report)
             os._exit(0)
         os.close(send)
-        with os.fdopen(receive, "rb") as reader:
-            report = reader.read()
+        try:
+            report = _report(receive, seconds)
+        except TimeoutError:  # stopped and reaped here: no child outlives its deadline
+            os.kill(pid, signal.SIGKILL)
+            report = json.dumps(["died", _too_long(seconds)]).encode()
+        finally:
+            os.close(receive)
         _, status = os.waitpid(pid, 0)
         if not report:
             code = os.waitstatus_to_exitcode(status)
@@ -208,6 +223,24 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
             report = json.dumps(["died", f"the Parquet reader stopped on it ({how})"]).encode()
         answers.write(report + b"\n")
         answers.flush()
+
+
+def _report(receive: int, seconds: float) -> bytes:
+    """What the child wrote before closing its end; TimeoutError past `seconds`."""
+    deadline = time.monotonic() + seconds
+    report = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([receive], [], [], left)[0]:
+            raise TimeoutError
+        data = os.read(receive, _REPORT_BYTES)
+        if not data:
+            return report
+        report += data
+
+
+def _too_long(seconds: float) -> str:
+    return f"reading it takes longer than {seconds:g} s"
 
 
 def _read(path: str) -> tuple[str, str]:

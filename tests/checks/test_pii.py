@@ -160,6 +160,23 @@ def test_pii_beside_a_uuid_is_still_found(settings: Settings) -> None:
     }
 
 
+def test_pii_right_against_a_uuid_is_found(settings: Settings) -> None:
+    # Presidio's card pattern took the UUID's last digits and the card's first group as one
+    # number, Luhn refused it, and the card was never tried: the UUID is read as blank.
+    uuid_ = "550e8400-e29b-41d4-a716-446655440000"
+    cards = [
+        f"{uuid_} 4111 1111 1111 1111",
+        f"{uuid_}4111111111111111",
+        f"{uuid_}-4111-1111-1111-1111",
+    ]
+    phones = [f"+14155552671{uuid_}", f"4155552671{uuid_}"]
+
+    assert pii_scan.scan_values(cards, settings) == {"CREDIT_CARD": 3}
+    assert pii_scan.scan_values(phones, settings) == {"PHONE_NUMBER": 2}
+    assert pii_scan.scan_values([uuid_, uuid_.upper()], settings) == {}
+    assert pii.without_uuids(f"a {uuid_}-1") == "a " + " " * 36 + "-1"
+
+
 def test_card_numbers_in_full_width_and_other_digits_are_found(settings: Settings) -> None:
     cards = [
         "４１１１１１１１１１１１１１１１",

@@ -10,7 +10,10 @@ under tests/vendor/parquet-testing (its README says from where).
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,6 +132,50 @@ def test_a_child_that_reads_too_long_is_stopped(tmp_path: Path) -> None:
     with pytest.raises(ParquetReaderFailed, match="takes longer than"):
         check_parquet_file(path, seconds=1e-6)
     check_parquet_file(path)  # a new server for the next check
+
+
+# Run as PID 1 of a container runs `marketplace serve`: a subreaper adopts orphaned grandchildren.
+_ADOPTING_CALLER = """
+import ctypes, os, pathlib, sys
+import pyarrow as pa, pyarrow.parquet as pq
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+from pipeline.store.parquet_probe import ParquetReaderFailed, check_parquet_file
+folder = pathlib.Path(sys.argv[1])
+rows = 4_000_000
+big = folder / "big.parquet"
+pq.write_table(pa.table({"n": range(rows), "s": [str(i) for i in range(rows)]}), big)
+for i in range(3):
+    small = folder / f"small{i}.parquet"
+    pq.write_table(pa.table({"a": [i]}), small)
+    check_parquet_file(small)  # a server is ready: the slow file's child is forked in time
+    slow = folder / f"slow{i}.parquet"  # a new file each time: a file read once is not again
+    slow.write_bytes(big.read_bytes())
+    try:
+        check_parquet_file(slow, seconds=0.1)
+    except ParquetReaderFailed as exc:
+        print("refused:", exc)
+children = pathlib.Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+stats = [pathlib.Path(f"/proc/{c}/stat").read_text() for c in children]
+states = [stat.rsplit(")", 1)[1].split()[0] for stat in stats]
+print("zombies:", states.count("Z"))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_child_stopped_at_its_deadline_is_reaped_by_its_server(tmp_path: Path) -> None:
+    """The server stops and reaps its child at the deadline: the caller never kills a server
+    with a child inside, whose orphan a container's PID 1 (the API) would keep as a zombie."""
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _ADOPTING_CALLER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("refused: reading it takes longer than 0.1 s") == 3, done.stdout
+    assert "zombies: 0" in done.stdout, done.stdout
 
 
 def test_a_file_read_once_is_not_read_again_by_a_child(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import random
+import time
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from pipeline.store.csv_text import CsvTextCheck, MalformedCsv
@@ -91,3 +94,30 @@ def test_a_bom_control_bytes_and_quotes_in_long_chunks() -> None:
         check = CsvTextCheck()
         check.feed(b'x,y,z\n1,2,"open')
         check.finish()
+
+
+def _best_of_three(work: Callable[[], object]) -> float:
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def test_quotes_inside_unquoted_fields_cost_no_python_step_each() -> None:
+    """A supplier's 500 MiB of `x"x"x"…` took 600 ms a MiB, walked quote by quote in Python
+    (five minutes of an API thread); the quotes' runs are now decided in NumPy. Measured
+    against one bare Python loop over the same quotes, in the same run: the walk took 7 to 9
+    times that, the check takes 1.3 to 1.6 times."""
+    line = b"1," + b'x"' * 49 + b"\n"
+    data = b"a,b\n" + line * (4 * 1024 * 1024 // len(line))
+
+    def check() -> None:
+        check_all(data, chunk=1024 * 1024)
+
+    def loop() -> None:
+        for _ in np.flatnonzero(np.frombuffer(data, np.uint8) == ord('"')).tolist():
+            pass
+
+    assert _best_of_three(check) < 4 * _best_of_three(loop)
