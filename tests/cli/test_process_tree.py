@@ -108,7 +108,7 @@ def test_signal_to_dev_parent_stops_whole_tree(tmp_path: Path, started: Started,
     tree = started.record(proc)
     commands = " ".join(tree.values())
     # The grandchildren that used to be orphaned are part of what is checked.
-    for part in ("dagster dev", "dagster_webserver", "dagster._daemon", "code-server"):
+    for part in ("cli.dagster_dev dev", "cli.dagster_webserver", "dagster._daemon", "code-server"):
         assert part in commands, f"{part!r} not running: {tree}"
 
     request = send_during_request(proc, api, sig) if sig == signal.SIGTERM else None
