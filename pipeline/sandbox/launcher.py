@@ -290,8 +290,9 @@ def _private(path: str) -> IO[bytes]:
 
 def _run_groups(spec: dict[str, Any], run_dir: str) -> list[str]:
     """The run's cgroups with its limits, made where `launch.json` says, their folders written
-    to `RUN_DIR/cgroups.json` (so the service removes them if the launcher is killed); none
-    where no place is given or one cannot be made (the sampling still holds)."""
+    to `RUN_DIR/cgroups.json` (so the service removes them if the launcher is killed), the
+    launcher in them; none where no place is given or they cannot be made or entered (the
+    sampling still holds)."""
     place = spec.get("cgroup")
     if not place:
         return []
@@ -305,15 +306,21 @@ def _run_groups(spec: dict[str, Any], run_dir: str) -> list[str]:
         return []
     with open(os.path.join(run_dir, cgroups.RECORD), "w", encoding="utf-8") as fh:
         json.dump(folders, fh)
+    try:
+        cgroups.enter(folders)
+    except OSError:
+        cgroups.leave(place)
+        cgroups.remove(folders)
+        return []
     return folders
 
 
 def _start(folders: list[str], place: Any, **popen: Any) -> subprocess.Popen[bytes]:
-    """The child started from inside the run's cgroups (it and all it starts are born there;
-    no moment where owner code runs outside), the launcher back in its own groups after."""
+    """The child started from inside the run's cgroups, which the launcher entered (it and all
+    it starts are born there: no moment where owner code runs outside), the launcher back in
+    its own groups after."""
     if not folders:
         return subprocess.Popen(**popen)
-    cgroups.enter(folders)
     try:
         return subprocess.Popen(**popen)
     finally:

@@ -159,3 +159,12 @@ def test_groups_a_killed_launcher_left_are_removed_with_the_run(tmp_path: Path) 
         left.kill()
         cgroups.remove(folders)
     assert not any(os.path.exists(folder) for folder in folders)
+
+
+def test_the_mechanism_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    runs.cgroup_place.cache_clear()
+    with caplog.at_level("INFO", logger=runs.__name__):
+        for _ in range(3):
+            assert runs.cgroup_place(cgroups.OFF) is None
+    said = [r.getMessage() for r in caplog.records if "trainer runs' memory" in r.getMessage()]
+    assert said == ["trainer runs' memory and processes held by sampling and rlimits (no cgroup)"]
