@@ -143,22 +143,33 @@ def test_without_a_cgroup_the_sampling_still_kills_the_tree(tmp_path: Path) -> N
 
 @needs_cgroup
 def test_groups_a_killed_launcher_left_are_removed_with_the_run(tmp_path: Path) -> None:
-    """The launcher killed mid-run: closing the run kills what is in its groups and removes
-    them."""
+    """The launcher killed mid-run, its groups made and a process of the run in them: closing
+    the run kills that process and removes the groups."""
     assert PLACE is not None
-    name = f"mk-trainer-test-{os.getpid()}"
-    folders = cgroups.make(PLACE, name, 256 * 1024 * 1024, 8)
+    train, bench = cancer_split()
+    job = runs.TrainerJob(
+        write_folder(tmp_path / "model", FORK_TRAINER),
+        "train:fit",
+        "target",
+        train,
+        bench.drop(columns=["target"]),
+        False,
+    )
+    sandbox = SandboxRun(job, LIMITS, "none")
+    folders = cgroups.make(PLACE, sandbox.dir.name, 256 * 1024 * 1024, 8)
+    (sandbox.dir / cgroups.RECORD).write_text(json.dumps(folders))
     left = subprocess.Popen(["sleep", "60"])
     try:
         for folder in folders:
             with open(os.path.join(folder, "cgroup.procs"), "w") as fh:
                 fh.write(str(left.pid))
-        assert cgroups.remove(folders)
+        sandbox.close()
         assert left.wait(timeout=5) == -9
     finally:
         left.kill()
         cgroups.remove(folders)
     assert not any(os.path.exists(folder) for folder in folders)
+    assert not sandbox.dir.exists()
 
 
 def test_the_mechanism_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
