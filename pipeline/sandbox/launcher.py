@@ -18,8 +18,9 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
   no supplementary group (done by subprocess's C code in the child, not in Python), each
   folder bwrap binds first bound where that user can reach it, and its /tmp and /dev/shm
   mounted here with a file count (`_staged_binds`);
-- starts it at nice 10, samples the memory of the whole process tree at least once a second
-  (the proportional set size of every descendant, so pages shared after a fork count once)
+- starts it at nice 10 and, without a cgroup (below), samples the memory of the whole process
+  tree at least once a second (the proportional set size of every descendant, so pages
+  shared after a fork count once)
   and kills the run when the sum passes the memory limit: RLIMIT_AS bounds one process, this
   bounds them together;
 - where `launch.json` names a cgroup place (`pipeline.sandbox.cgroups`), first makes the run's
@@ -196,9 +197,17 @@ def _kill(pids: list[int], group: int) -> None:
             kill(target, signal.SIGKILL)
 
 
-def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | None:
+def _watch(child: subprocess.Popen[bytes], wall: float, memory: int | None) -> str | None:
     """Wait for the child until it ends, the wall clock passes `wall`, or its tree holds more
-    than `memory` bytes; which limit struck ("wall", "memory") or None."""
+    than `memory` bytes (not sampled when None: the run's cgroup holds it); which limit struck
+    ("wall", "memory") or None."""
+    if memory is None:
+        try:
+            child.wait(timeout=wall)
+            return None
+        except subprocess.TimeoutExpired:
+            _kill(tree(child.pid), child.pid)
+            return "wall"
     deadline = time.monotonic() + wall
     interval = SAMPLE_SECONDS
     while True:
@@ -369,7 +378,10 @@ def main(run_dir: str) -> int:
             err.write(f"the sandbox launcher could not start the sandbox: {exc}\n".encode())
             code = 127
         else:
-            struck = _watch(child, wall, spec["limits"]["memory_mb"] * MB)
+            # Sampled only without a cgroup: the kernel holds the cgroup's limit exactly, where
+            # a sample would count file pages the run maps but another group was charged for.
+            memory = None if folders else spec["limits"]["memory_mb"] * MB
+            struck = _watch(child, wall, memory)
             code = child.wait()
             if struck is None and cgroups.oom_killed(folders):
                 struck = "memory"
