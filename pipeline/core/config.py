@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     trainer_max_processes: int = Field(default=64, ge=8, le=4096)
     # Trainer runs at once in one valuation (each a process with its own memory limit).
     trainer_max_parallel: int = Field(default=1, ge=1, le=32)
+    # Where each run gets its own cgroup holding its memory and process limits: auto (under
+    # the service's own cgroup, v2 or v1, where it may make one), none (sampling and rlimits
+    # only), or a cgroup v2 folder delegated to the service (docs/sandbox.md).
+    trainer_cgroup_root: str = Field(default="auto", pattern=r"^(auto|none|/.+)$")
     # bwrap: namespaces (no network, nothing of the host but the Python install). none: limits
     # and an empty environment only, for a host without bubblewrap that is isolated otherwise;
     # owner code is refused unless it is set explicitly.

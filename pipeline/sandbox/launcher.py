@@ -18,10 +18,16 @@ the trainer gets the same sandbox. Standard library only. It reads `RUN_DIR/laun
   no supplementary group (done by subprocess's C code in the child, not in Python), each
   folder bwrap binds first bound where that user can reach it, and its /tmp and /dev/shm
   mounted here with a file count (`_staged_binds`);
-- starts it at nice 10, samples the memory of the whole process tree at least once a second
-  (the proportional set size of every descendant, so pages shared after a fork count once)
+- starts it at nice 10 and, without a cgroup (below), samples the memory of the whole process
+  tree at least once a second (the proportional set size of every descendant, so pages
+  shared after a fork count once)
   and kills the run when the sum passes the memory limit: RLIMIT_AS bounds one process, this
-  bounds them together (no cgroup is used: docs/sandbox.md);
+  bounds them together;
+- where `launch.json` names a cgroup place (`pipeline.sandbox.cgroups`), first makes the run's
+  own cgroup with the memory and process limits, and starts the child from inside it, so the
+  whole tree is born there and the kernel holds the limits between samples; an OOM kill in it
+  is reported as the memory limit, and the group is removed (what is left in it killed) at the
+  end;
 - kills the whole group at the wall-time limit, and writes `RUN_DIR/status.json` (the exit
   code, the signal, whether the wall or the memory limit struck) outside the sandbox's reach.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -37,7 +44,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO
+from types import ModuleType
+from typing import IO, Any
 
 MB = 1024 * 1024
 PR_SET_PDEATHSIG = 1
@@ -67,6 +75,20 @@ TMPFS_FILES = 16384
 # size shows: 2,000 socket pairs queued 444 MB; a root service's limit (20,000 here) let one
 # process hold 9,998 pairs.
 OPEN_FILES = 1024
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module of the launcher's folder, loaded by its path: `python -I` puts no folder of
+    the service on the path."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"sandbox_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cgroups = _sibling("cgroups")
 
 
 def _die_with_parent() -> None:
@@ -175,9 +197,17 @@ def _kill(pids: list[int], group: int) -> None:
             kill(target, signal.SIGKILL)
 
 
-def _watch(child: subprocess.Popen[bytes], wall: float, memory: int) -> str | None:
+def _watch(child: subprocess.Popen[bytes], wall: float, memory: int | None) -> str | None:
     """Wait for the child until it ends, the wall clock passes `wall`, or its tree holds more
-    than `memory` bytes; which limit struck ("wall", "memory") or None."""
+    than `memory` bytes (not sampled when None: the run's cgroup holds it); which limit struck
+    ("wall", "memory") or None."""
+    if memory is None:
+        try:
+            child.wait(timeout=wall)
+            return None
+        except subprocess.TimeoutExpired:
+            _kill(tree(child.pid), child.pid)
+            return "wall"
     deadline = time.monotonic() + wall
     interval = SAMPLE_SECONDS
     while True:
@@ -267,6 +297,45 @@ def _private(path: str) -> IO[bytes]:
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
 
 
+def _run_groups(spec: dict[str, Any], run_dir: str) -> list[str]:
+    """The run's cgroups with its limits, made where `launch.json` says, their folders written
+    to `RUN_DIR/cgroups.json` (so the service removes them if the launcher is killed), the
+    launcher in them; none where no place is given or they cannot be made or entered (the
+    sampling still holds)."""
+    place = spec.get("cgroup")
+    if not place:
+        return []
+    limits = spec["limits"]
+    name = os.path.basename(os.path.normpath(run_dir))
+    try:
+        folders: list[str] = cgroups.make(
+            place, name, limits["memory_mb"] * MB, limits["processes"]
+        )
+    except OSError:
+        return []
+    with open(os.path.join(run_dir, cgroups.RECORD), "w", encoding="utf-8") as fh:
+        json.dump(folders, fh)
+    try:
+        cgroups.enter(folders)
+    except OSError:
+        cgroups.leave(place)
+        cgroups.remove(folders)
+        return []
+    return folders
+
+
+def _start(folders: list[str], place: Any, **popen: Any) -> subprocess.Popen[bytes]:
+    """The child started from inside the run's cgroups, which the launcher entered (it and all
+    it starts are born there: no moment where owner code runs outside), the launcher back in
+    its own groups after."""
+    if not folders:
+        return subprocess.Popen(**popen)
+    try:
+        return subprocess.Popen(**popen)
+    finally:
+        cgroups.leave(place)
+
+
 def main(run_dir: str) -> int:
     _die_with_parent()
     with open(os.path.join(run_dir, "launch.json"), encoding="utf-8") as fh:
@@ -280,6 +349,7 @@ def main(run_dir: str) -> int:
     as_user = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
     started = time.monotonic()
     struck = None
+    folders: list[str] = []
     with (
         _private(os.path.join(run_dir, "stdout.txt")) as out,
         _private(os.path.join(run_dir, "stderr.txt")) as err,
@@ -288,8 +358,11 @@ def main(run_dir: str) -> int:
             if user and spec.get("bwrap"):
                 command = _staged_binds(command, run_dir, user)
             kept = _seccomp(command, run_dir, spec.get("seccomp"))
-            child = subprocess.Popen(
-                command,
+            folders = _run_groups(spec, run_dir)
+            child = _start(
+                folders,
+                spec.get("cgroup"),
+                args=command,
                 pass_fds=kept,
                 # In the child, as its user, before exec: the launcher has one thread.
                 preexec_fn=_lower_priority,
@@ -305,13 +378,20 @@ def main(run_dir: str) -> int:
             err.write(f"the sandbox launcher could not start the sandbox: {exc}\n".encode())
             code = 127
         else:
-            struck = _watch(child, wall, spec["limits"]["memory_mb"] * MB)
+            # Sampled only without a cgroup: the kernel holds the cgroup's limit exactly, where
+            # a sample would count file pages the run maps but another group was charged for.
+            memory = None if folders else spec["limits"]["memory_mb"] * MB
+            struck = _watch(child, wall, memory)
             code = child.wait()
+            if struck is None and cgroups.oom_killed(folders):
+                struck = "memory"
+    cgroups.remove(folders)
     status = {
         "returncode": code,
         "signal": signal.Signals(-code).name if code < 0 else None,
         "timed_out": struck == "wall",
         "memory_exceeded": struck == "memory",
+        "cgroup": bool(folders),
         "seconds": round(time.monotonic() - started, 3),
     }
     tmp = os.path.join(run_dir, "status.json.tmp")

@@ -32,6 +32,7 @@ file-size limit, not their number.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.sandbox import cgroups
 from pipeline.sandbox.errors import SandboxUnavailable
 from pipeline.sandbox.syscall_filter import syscall_filter
 
@@ -94,6 +96,8 @@ class SandboxLimits:
     file_size_mb: int
     # Processes and threads of the run together (RLIMIT_NPROC in its own user namespace).
     processes: int = 64
+    # Where the run's own cgroup is made (TRAINER_CGROUP_ROOT: `pipeline.sandbox.cgroups`).
+    cgroup_root: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxLimits:
@@ -103,6 +107,7 @@ class SandboxLimits:
             wall_seconds=settings.trainer_wall_seconds,
             file_size_mb=settings.trainer_file_size_mb,
             processes=settings.trainer_max_processes,
+            cgroup_root=settings.trainer_cgroup_root,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -145,6 +150,15 @@ def trainer_python(env: Path | None) -> tuple[str, list[str], list[str]]:
     if env is None:
         return executable, site_dirs, site_dirs
     return str(env / "bin" / "python"), [], [str(env)]
+
+
+@functools.cache
+def cgroup_place(setting: str) -> cgroups.Place | None:
+    """Where runs get their own cgroup, found once per setting and logged: the kernel holds
+    the limits of the whole tree there, the launcher's sampling and rlimits everywhere."""
+    place = cgroups.locate(setting)
+    log.info("trainer runs' memory and processes held by %s", cgroups.describe(place))
+    return place
 
 
 def bwrap_path() -> str | None:
@@ -327,6 +341,7 @@ class SandboxRun:
             "limits": self.limits.as_dict(),
             "user": user,
             "bwrap": isolation != "none",
+            "cgroup": cgroup_place(self.limits.cgroup_root),
         }
         (self.dir / "launch.json").write_text(json.dumps(launch))
 
@@ -341,6 +356,8 @@ class SandboxRun:
         return self.box / "pipes-messages.jsonl"
 
     def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # what a killed launcher left
+            cgroups.remove(json.loads((self.dir / cgroups.RECORD).read_text()))
         remove_run_folder(self.dir)
 
 
