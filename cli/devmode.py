@@ -130,7 +130,16 @@ def _service_lines(settings: Settings, api: str, dagster_ui: str) -> list[str]:
         f"   Evaluation   debounce window {window} s, arrival sensor every {poll} s",
         "                (production: 300 s and 30 s; --debounce-seconds or",
         f"                {DEBOUNCE_VARIABLE} to change)",
+        _settlement_line(settings),
     ]
+
+
+def _settlement_line(settings: Settings) -> str:
+    """Where rewards settle (docs/settlement.md), or how to turn settlement on."""
+    if settings.settlement_rpc_url is None:
+        return "   Settlement   off: no anvil (install Node and npm, then `make contracts`)"
+    host = settings.settlement_rpc_url.split("//", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return f"   Settlement   chain {settings.settlement_chain_id} at {host}"
 
 
 def _second_terminal_lines(settings: Settings, api: str, environ: Mapping[str, str]) -> list[str]:
