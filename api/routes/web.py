@@ -33,6 +33,7 @@ from api.deps import (
     MODEL_ID_TEXT,
     get_claimed_reader,
     get_db,
+    get_store,
     json_write_request,
     request_settings,
     same_origin_request,
@@ -49,6 +50,7 @@ from pipeline.rewards.formula import FULL_VOLUME_ROWS, volume_factor
 from pipeline.rewards.ledger import wallet_rewards
 from pipeline.settlement.claims import ClaimedReader, wallet_settlement
 from pipeline.settlement.wallet_proof import wallet_status
+from pipeline.store.objectstore import ObjectStore
 
 router = APIRouter(tags=["web"], include_in_schema=False)
 
@@ -258,13 +260,14 @@ def wallet_page(
     wallet: str,
     db: Database = Depends(get_db),
     claimed: ClaimedReader = Depends(get_claimed_reader),
+    store: ObjectStore = Depends(get_store),
 ) -> HTMLResponse:
     """A wallet's earnings, what the last epoch settled, what it claimed and can claim."""
     try:
         rewards = wallet_rewards(db, wallet)
     except InvalidInput as exc:
         return _page("not_found.html", status_code=400, message=exc.detail)
-    settled = wallet_settlement(db, wallet, claimed)
+    settled = wallet_settlement(db, store, wallet, claimed)
     status = wallet_status(db, wallet)
     row = _template("wallet_entry.html")
     entries = [
