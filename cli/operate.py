@@ -17,6 +17,7 @@ from cli.devmode import (
     announce_when_ready,
     dev_banner,
     dev_settings_environment,
+    migrations_summarized,
     quiet_dagster_environment,
     sandbox_warning,
 )
@@ -326,7 +327,8 @@ def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
         f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",
         flush=True,
     )
-    prepare_store(settings)
+    with migrations_summarized():
+        prepare_store(settings)
     model_folders.prune_at_start(settings, "dev")
     env = dagster_environment(settings)
     quiet_dagster_environment(env)
