@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from eth_account import Account
+from pydantic import SecretStr
 
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
@@ -87,6 +88,6 @@ def store_settings(evm: Evm, *, require: bool = False) -> Settings:
         settlement_chain_id=evm.chain.chain_id,
         settlement_token_address=evm.contracts.token,
         settlement_distributor_address=evm.contracts.distributor,
-        settlement_owner_key=evm.owner.key.hex(),
+        settlement_owner_key=SecretStr(evm.owner.key.hex()),
         settlement_require_verified_wallets=require,
     )
