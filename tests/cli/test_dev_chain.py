@@ -61,3 +61,13 @@ def test_dev_chain_deploys_funds_the_demo_wallet_and_keeps_its_contracts(tmp_pat
 def test_dev_chain_is_none_without_anvil(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("cli.dev_chain.anvil_binary", lambda: None)
     assert start_dev_chain(tmp_path) is None
+
+
+def test_a_chain_that_does_not_start_leaves_settlement_off_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("cli.dev_chain.anvil_binary", lambda: Path("/bin/false"))
+    assert start_dev_chain(tmp_path, grace=1.0) is None
+    out = capsys.readouterr().out
+    assert "the local chain did not start (anvil exited with status 1); settlement is off" in out
+    assert not (tmp_path / "dev-chain.json").exists()

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, select, text
 
-from pipeline.services import Services
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.migrate import downgrade, upgrade
 from pipeline.core.tables import RewardEntry
 from pipeline.core.token_units import tokens_from_units, units_from_tokens
 from pipeline.demo.churn_data import churn_rows
+from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, manifest, run_pipeline
 
