@@ -29,6 +29,7 @@ from pipeline.bootstrap import remove_abandoned_temp_files
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.process_memory import configure_process_memory
 from pipeline.services import Services
+from pipeline.settlement.claim_events import chain_claims_reader
 from pipeline.settlement.claims import chain_claimed_reader
 
 UPLOAD_PATH = re.compile(r"^/api/v1/benchmarks/upload/")
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = services.store
     app.state.key_verifier = services.key_verifier()
     app.state.claimed_reader = chain_claimed_reader(services.settings)
+    app.state.claims_reader = chain_claims_reader(services.settings)
     install_error_handlers(app)
     install_openapi(app, settings)
     for module in (

@@ -21,6 +21,7 @@ from pipeline.core.db import Database
 from pipeline.core.errors import Forbidden, Unauthenticated
 from pipeline.core.tables import INT32_MAX
 from pipeline.models.registry import require_model_owner
+from pipeline.settlement.claim_events import ClaimsReader
 from pipeline.settlement.claims import ClaimedReader
 from pipeline.store.objectstore import ObjectStore
 
@@ -86,6 +87,12 @@ async def get_db(request: Request) -> Database:
 async def get_claimed_reader(request: Request) -> ClaimedReader:
     """What wallets claimed on chain (pipeline.settlement.claims); tests put their own chain."""
     reader: ClaimedReader = request.app.state.claimed_reader
+    return reader
+
+
+async def get_claims_reader(request: Request) -> ClaimsReader:
+    """The claims wallets made, from the chain's events; tests put their own chain."""
+    reader: ClaimsReader = request.app.state.claims_reader
     return reader
 
 

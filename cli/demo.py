@@ -18,6 +18,7 @@ from pipeline.demo.demo_data import (
     CONTRIBUTION_ROWS,
     DEFAULT_SEED,
     DemoModel,
+    demo_wallet_key,
     make_demo_data,
 )
 from pipeline.demo.loan_data import EVAL_SPLIT
@@ -26,6 +27,9 @@ from pipeline.rewards.manifests import MANIFEST_FILENAME as MANIFEST_FILE
 BENCHMARK_FILE = "benchmark.csv"
 CONTRIBUTION_FILE = "contribution.csv"
 DEMO_MODEL_ID = 1
+
+# The demo wallet's private key (fixed and public), for `marketplace claim --key-file`.
+WALLET_KEY_FILE = "wallet.key"
 
 
 def write_demo_file(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
@@ -78,6 +82,10 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     print(f"wrote {benchmark} ({detail})")
     print(f"wrote {contribution} ({len(data.contribution)} rows)")
     print(f"wrote {manifest} (wallet {data.manifest['wallet_address']})")
+    key = folder / WALLET_KEY_FILE
+    key.touch(mode=0o600)
+    key.write_text(demo_wallet_key() + "\n", encoding="utf-8")
+    print(f"wrote {key} (the demo wallet's key, public: a local chain's only)")
     note(
         f"next: marketplace upload {args.model} {benchmark}\n"
         f"      marketplace contribute {args.model} {contribution} --manifest {manifest} --wait"

@@ -19,7 +19,8 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -130,7 +131,16 @@ def _service_lines(settings: Settings, api: str, dagster_ui: str) -> list[str]:
         f"   Evaluation   debounce window {window} s, arrival sensor every {poll} s",
         "                (production: 300 s and 30 s; --debounce-seconds or",
         f"                {DEBOUNCE_VARIABLE} to change)",
+        _settlement_line(settings),
     ]
+
+
+def _settlement_line(settings: Settings) -> str:
+    """Where rewards settle (docs/settlement.md), or how to turn settlement on."""
+    if settings.settlement_rpc_url is None:
+        return "   Settlement   off: no anvil (install Node and npm, then `make contracts`)"
+    host = settings.settlement_rpc_url.split("//", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return f"   Settlement   chain {settings.settlement_chain_id} at {host}"
 
 
 def _second_terminal_lines(settings: Settings, api: str, environ: Mapping[str, str]) -> list[str]:
@@ -220,6 +230,41 @@ class _OnlyRevisionChanges(logging.Filter):
         return record.getMessage().startswith(("Running upgrade", "Running downgrade"))
 
 
+class _CollectedRevisions(logging.Filter):
+    """Alembic's "Running upgrade A -> B, …" lines, kept as their revisions, not printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.revisions: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno < logging.WARNING and message.startswith("Running upgrade"):
+            self.revisions.append(message.split("->", 1)[1].split(",", 1)[0].strip())
+            return False
+        return True
+
+
+@contextmanager
+def migrations_summarized(write: Callable[[str], None] | None = None) -> Iterator[None]:
+    """One line for the migrations applied in the block (a fresh store applies them all)
+    instead of one per revision."""
+    collected = _CollectedRevisions()
+    migration = logging.getLogger("alembic.runtime.migration")
+    migration.addFilter(collected)
+    try:
+        yield
+    finally:
+        migration.removeFilter(collected)
+    if collected.revisions:
+        count = len(collected.revisions)
+        line = (
+            f"marketplace dev: database migrated to revision {collected.revisions[-1]} "
+            f"({count} migration{'s' if count != 1 else ''})"
+        )
+        (write or (lambda text: print(text, flush=True)))(line)
+
+
 def quiet_library_loggers() -> None:
     """Drop start-up chatter of libraries; their warnings and errors still show."""
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
@@ -228,3 +273,6 @@ def quiet_library_loggers() -> None:
         migration.addFilter(_OnlyRevisionChanges())
     logging.getLogger("presidio-analyzer").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # In the API the upload's own line reports its PII scan; the scanner's would repeat it
+    # (Dagster's runs, other processes, keep it as their PII step's line).
+    logging.getLogger("pipeline.checks.pii_scan").setLevel(logging.WARNING)

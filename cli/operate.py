@@ -17,6 +17,7 @@ from cli.devmode import (
     announce_when_ready,
     dev_banner,
     dev_settings_environment,
+    migrations_summarized,
     quiet_dagster_environment,
     sandbox_warning,
 )
@@ -288,14 +289,31 @@ def dagster_environment(settings: Settings) -> dict[str, str]:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    # alembic, pyarrow and numpy: ~0.2 s
-    from pipeline.bootstrap import prepare_store
-
     # Before the settings are first read: the API and the Dagster processes share them.
     os.environ.update(dev_settings_environment(os.environ, args.debounce_seconds))
     # A plain tcp:// dask scheduler off this host is refused in production only.
     os.environ.setdefault("MARKETPLACE_MODE", "development")
     settings = _settings()
+    chain = None
+    if settings.settlement_rpc_url is None:
+        from cli.dev_chain import start_dev_chain
+
+        # Before the API and Dagster read the settings: they settle on this chain.
+        chain = start_dev_chain(settings.data_dir)
+        if chain is not None:
+            os.environ.update(chain.environment)
+            get_settings.cache_clear()
+            settings = _settings()
+    try:
+        return _run_dev(args, settings)
+    finally:
+        if chain is not None:
+            chain.stop()
+
+
+def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
+    # alembic, pyarrow and numpy: ~0.2 s
+    from pipeline.bootstrap import prepare_store
     from pipeline.core.secret_strength import weak_secrets
 
     for problem in weak_secrets(settings):
@@ -309,7 +327,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(debounce window {settings.evaluation_debounce_window_seconds} s)…",
         flush=True,
     )
-    prepare_store(settings)
+    with migrations_summarized():
+        prepare_store(settings)
     model_folders.prune_at_start(settings, "dev")
     env = dagster_environment(settings)
     quiet_dagster_environment(env)

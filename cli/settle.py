@@ -35,13 +35,15 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_settle(args: argparse.Namespace) -> int:
+    from cli.dev_chain import dev_chain_settings
     from pipeline.services import Services
     from pipeline.settlement.chain import ChainError
     from pipeline.settlement.epoch_keys import epoch_end, epoch_of
     from pipeline.settlement.epochs import settle_epoch
     from pipeline.settlement.target import settlement_target
 
-    settings = get_settings()
+    # Unconfigured here: the local chain of a `marketplace dev` on this data folder, if any.
+    settings = dev_chain_settings(get_settings())
     epoch = args.epoch or epoch_of(utcnow())
     end = epoch_end(epoch)
     try:

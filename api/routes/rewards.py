@@ -20,6 +20,7 @@ from api.deps import (
     current_user,
     get_claimed_reader,
     get_db,
+    get_store,
     json_write_request,
 )
 from pipeline.auth.sessions import Identity
@@ -35,6 +36,7 @@ from pipeline.rewards.ledger import (
     wallet_rewards,
 )
 from pipeline.settlement.claims import ClaimedReader, wallet_settlement
+from pipeline.store.objectstore import ObjectStore
 
 router = APIRouter(prefix="/api", tags=["rewards"])
 
@@ -134,8 +136,9 @@ def get_rewards(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     db: Database = Depends(get_db),
     claimed: ClaimedReader = Depends(get_claimed_reader),
+    store: ObjectStore = Depends(get_store),
 ) -> dict[str, Any]:
-    return {**wallet_rewards(db, wallet, limit), **wallet_settlement(db, wallet, claimed)}
+    return {**wallet_rewards(db, wallet, limit), **wallet_settlement(db, store, wallet, claimed)}
 
 
 @router.get(

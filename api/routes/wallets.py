@@ -15,6 +15,7 @@ from api.deps import current_user, get_db, public_host, request_settings
 from pipeline.auth.sessions import Identity
 from pipeline.core.config import Settings
 from pipeline.core.db import Database
+from pipeline.core.text import MULTILINE_TEXT, NO_CONTROL_CHARACTERS
 from pipeline.rewards.formula import WALLET_SCHEMA
 from pipeline.settlement.wallet_proof import challenge, verify, wallet_status
 
@@ -50,8 +51,11 @@ def post_challenge(
     },
 )
 def post_verify(
-    message: str = Body(..., max_length=2000),
-    signature: str = Body(..., max_length=200),
+    # The patterns document what `verify` accepts (no NUL); it refuses the rest with a 400.
+    message: str = Body(..., max_length=2000, json_schema_extra={"pattern": MULTILINE_TEXT}),
+    signature: str = Body(
+        ..., max_length=200, json_schema_extra={"pattern": NO_CONTROL_CHARACTERS}
+    ),
     user: Identity = Depends(current_user),
     db: Database = Depends(get_db),
     settings: Settings = Depends(request_settings),

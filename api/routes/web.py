@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.deps import (
     MODEL_ID_TEXT,
     get_claimed_reader,
+    get_claims_reader,
     get_db,
+    get_store,
     json_write_request,
     request_settings,
     same_origin_request,
@@ -47,8 +49,10 @@ from pipeline.models.registry import get_model, list_models
 from pipeline.rewards.budget import try_level
 from pipeline.rewards.formula import FULL_VOLUME_ROWS, volume_factor
 from pipeline.rewards.ledger import wallet_rewards
-from pipeline.settlement.claims import ClaimedReader, wallet_settlement
+from pipeline.settlement.claim_events import ClaimsReader
+from pipeline.settlement.claims import ClaimedReader, last_settled, wallet_settlement
 from pipeline.settlement.wallet_proof import wallet_status
+from pipeline.store.objectstore import ObjectStore
 
 router = APIRouter(tags=["web"], include_in_schema=False)
 
@@ -258,13 +262,16 @@ def wallet_page(
     wallet: str,
     db: Database = Depends(get_db),
     claimed: ClaimedReader = Depends(get_claimed_reader),
+    store: ObjectStore = Depends(get_store),
+    claims: ClaimsReader = Depends(get_claims_reader),
 ) -> HTMLResponse:
-    """A wallet's earnings, what the last epoch settled, what it claimed and can claim."""
+    """A wallet's earnings, what the last epoch settled, what it claimed and can claim, and the
+    claims made (the chain's `Claimed` events, with their transactions)."""
     try:
         rewards = wallet_rewards(db, wallet)
     except InvalidInput as exc:
         return _page("not_found.html", status_code=400, message=exc.detail)
-    settled = wallet_settlement(db, wallet, claimed)
+    settled = wallet_settlement(db, store, wallet, claimed)
     status = wallet_status(db, wallet)
     row = _template("wallet_entry.html")
     entries = [
@@ -293,6 +300,31 @@ def wallet_page(
         claimable=claimable or "unknown",
         claim_html=claim_html,
         entries_html="\n".join(entries),
+        claims_html=_claims_html(db, rewards["wallet"], claims),
+    )
+
+
+def _claims_html(db: Database, wallet: str, claims: ClaimsReader) -> str:
+    row = last_settled(db)
+    made = [] if row is None else claims(row.distributor_address, wallet)
+    if made is None:
+        return '<p id="claims">Unknown: the chain does not answer.</p>'
+    if not made:
+        return '<p id="claims">No claims yet.</p>'
+    template = _template("wallet_claim.html")
+    rows = [
+        template.substitute(
+            block=claim["block"],
+            amount=html.escape(claim["amount"]),
+            transaction=html.escape(claim["transaction"]),
+        )
+        for claim in made
+    ]
+    return (
+        '<table class="entries" id="claims">\n<thead><tr><th>Block</th><th>Amount (base '
+        "units)</th><th>Transaction</th></tr></thead>\n<tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody>\n</table>"
     )
 
 

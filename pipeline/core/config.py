@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     # The contracts' owner (mints, publishes roots): a secret, never logged nor stored.
     settlement_owner_key: SecretStr | None = None
     settlement_schedule: str = "0 0 * * 1"
+    # Only wallets proven by signature (EIP-4361) enter an epoch; the others' amounts wait.
+    settlement_require_verified_wallets: bool = False
 
     # Service wiring. development: what only `marketplace dev` may do (a plain tcp:// dask
     # scheduler off this host); `marketplace dev` sets it.

@@ -67,10 +67,17 @@ class DemoData:
     columns: list[str]  # CSV column order: the data-spec's properties that the rows carry
 
 
+def demo_wallet_key() -> str:
+    """The demo wallet's private key: fixed, public, for a local chain only (never real tokens).
+    `marketplace demo-data` writes it to DIR/wallet.key so the demo's reward can be claimed."""
+    return "0x" + hashlib.sha256(b"data-marketplace demo wallet key").hexdigest()
+
+
 def demo_wallet() -> str:
-    """A fixed wallet for the demo manifest (EIP-55 spelling), derived, owned by nobody."""
-    digest = hashlib.sha256(b"data-marketplace demo wallet").hexdigest()
-    return to_checksum_address("0x" + digest[:40])
+    """The demo manifest's wallet (EIP-55 spelling): the address of `demo_wallet_key()`."""
+    from eth_account import Account
+
+    return to_checksum_address(Account.from_key(demo_wallet_key()).address)
 
 
 def demo_manifest(model: DemoModel, seed: int) -> dict[str, Any]:

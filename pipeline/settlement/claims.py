@@ -1,6 +1,7 @@
 """Reads of settlement for wallets and the API: epochs, their trees, a wallet's claim.
 
-A wallet's settled amount is its cumulative ledger amount up to the last settled epoch's cut;
+A wallet's settled amount is its amount in the last settled epoch's tree (its cumulative ledger
+amount up to the epoch's cut, unless held back until the wallet is verified);
 what it claimed is read from the distributor (`claimed(account)`) when the chain answers, so the
 rest of these reads work while it is down (claimed and claimable are then null).
 """
@@ -21,7 +22,6 @@ from pipeline.core.errors import NotFound
 from pipeline.core.settlement_tables import SETTLED, Settlement
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 from pipeline.settlement.merkle import StandardMerkleTree, from_dump
-from pipeline.settlement.snapshot import wallet_cumulative
 from pipeline.settlement.views import settlement_view
 from pipeline.store.objectstore import ObjectStore
 
@@ -84,13 +84,15 @@ def last_settled(db: Database) -> Settlement | None:
         ).first()
 
 
-def wallet_settlement(db: Database, wallet: str, claimed: ClaimedReader) -> dict[str, Any]:
+def wallet_settlement(
+    db: Database, store: ObjectStore, wallet: str, claimed: ClaimedReader
+) -> dict[str, Any]:
     """`settled`, `claimed` and `claimable` base units of a wallet (decimal strings)."""
     canonical = to_checksum_address(validate_wallet(wallet))
     row = last_settled(db)
     if row is None:
         return {"settledAmount": "0", "claimedAmount": "0", "claimableAmount": "0"}
-    settled = wallet_cumulative(db, canonical, row.ledger_row_id)
+    settled = settled_amount(store, row, canonical)
     done = claimed(row.distributor_address, canonical) if settled else 0
     return {
         "settledAmount": str(settled),
@@ -105,7 +107,7 @@ def wallet_claim(
     """What a wallet sends to `claim(account, cumulative, proof)`; NotFound when nothing."""
     canonical = to_checksum_address(validate_wallet(wallet))
     row = last_settled(db)
-    settled = 0 if row is None else wallet_cumulative(db, canonical, row.ledger_row_id)
+    settled = 0 if row is None else settled_amount(store, row, canonical)
     if row is None or settled == 0:
         raise NotFound(f"nothing to claim for {canonical}: no settled epoch includes it")
     done = claimed(row.distributor_address, canonical)
@@ -125,6 +127,12 @@ def wallet_claim(
         "distributor": row.distributor_address,
         "rpcUrl": settings.settlement_public_rpc_url or settings.settlement_rpc_url,
     }
+
+
+def settled_amount(store: ObjectStore, row: Settlement, wallet: str) -> int:
+    """A wallet's cumulative amount in an epoch's tree: its ledger amount up to the epoch's
+    cut, or less while SETTLEMENT_REQUIRE_VERIFIED_WALLETS holds it back (0 when absent)."""
+    return next((amount for account, amount in _tree(store, row).values if account == wallet), 0)
 
 
 def _tree(store: ObjectStore, row: Settlement) -> StandardMerkleTree:

@@ -33,7 +33,13 @@ from pipeline.core.errors import Conflict
 from pipeline.core.settlement_tables import MINTED, SETTLED, SNAPSHOTTED, Settlement
 from pipeline.core.tables import utcnow
 from pipeline.settlement.chain import Chain, ChainError, RewardContracts, SignedCall
-from pipeline.settlement.snapshot import ledger_cut, store_tree, take_snapshot
+from pipeline.settlement.snapshot import (
+    held_until_verified,
+    ledger_cut,
+    load_tree,
+    store_tree,
+    take_snapshot,
+)
 from pipeline.settlement.views import settlement_view
 from pipeline.store.objectstore import ObjectStore
 
@@ -47,6 +53,8 @@ class SettlementTarget:
     chain: Chain
     owner: LocalAccount
     contracts: RewardContracts
+    # SETTLEMENT_REQUIRE_VERIFIED_WALLETS: an unverified wallet's new amount waits.
+    require_verified_wallets: bool = False
 
 
 def _no_checkpoint(_: str) -> None:
@@ -113,9 +121,14 @@ def _snapshot(
         number = int(session.scalar(select(func.coalesce(func.max(Settlement.number), 0))) or 0)
     floor = previous.ledger_row_id if previous is not None else 0
     cut = ledger_cut(db, before, at_least=floor)
-    if cut == floor:
+    if cut == floor and not target.require_verified_wallets:
         return None  # no ledger row since the last epoch: nothing to settle
     snapshot = take_snapshot(db, cut)
+    if target.require_verified_wallets:
+        earlier = load_tree(store, previous.tree_key) if previous is not None else None
+        snapshot = held_until_verified(db, snapshot, earlier)
+    if not snapshot.cumulative or (previous is not None and snapshot.tree().root == previous.root):
+        return None  # nothing new to settle (or only amounts waiting for verification)
     tree = snapshot.tree()
     key = store_tree(store, f"{epoch}/{cut}", tree)
     row = Settlement(

@@ -16,6 +16,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from pipeline.core.db import Database
+from pipeline.core.settlement_tables import VerifiedWallet
 from pipeline.core.tables import RewardEntry
 from pipeline.settlement.merkle import StandardMerkleTree, load
 from pipeline.store.objectstore import ObjectStore
@@ -58,6 +59,25 @@ def take_snapshot(db: Database, ledger_row_id: int) -> LedgerSnapshot:
     return LedgerSnapshot(
         ledger_row_id=ledger_row_id,
         cumulative={wallet: totals[wallet] for wallet in sorted(totals) if totals[wallet] > 0},
+    )
+
+
+def held_until_verified(
+    db: Database, snapshot: LedgerSnapshot, earlier: StandardMerkleTree | None
+) -> LedgerSnapshot:
+    """The snapshot with each wallet not proven by signature (EIP-4361) held at what an earlier
+    epoch settled it (nothing, for most): its new amount stays in the ledger and enters the
+    first epoch after its verification, in full, since the tree's amounts are cumulative."""
+    with db.session() as session:
+        verified = set(session.scalars(select(VerifiedWallet.wallet_address)))
+    settled = dict(earlier.values) if earlier is not None else {}
+    cumulative = {
+        wallet: amount if wallet in verified else int(settled.get(wallet, 0))
+        for wallet, amount in snapshot.cumulative.items()
+    }
+    return LedgerSnapshot(
+        ledger_row_id=snapshot.ledger_row_id,
+        cumulative={wallet: amount for wallet, amount in cumulative.items() if amount > 0},
     )
 
 

@@ -74,4 +74,5 @@ def settlement_target(settings: Settings) -> SettlementTarget:
         chain=connect(settings),
         owner=owner_account(settings),
         contracts=configured_contracts(settings),
+        require_verified_wallets=settings.settlement_require_verified_wallets,
     )

@@ -19,6 +19,7 @@ from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput, Unprocessable
 from pipeline.core.settlement_tables import VerifiedWallet
 from pipeline.core.tables import isoformat_utc, utcnow
+from pipeline.core.text import MULTILINE_TEXT, NO_CONTROL_CHARACTERS
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 
 CHALLENGE_SECONDS = 600
@@ -63,6 +64,8 @@ def verify(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Check a signed challenge and record the wallet as verified for `user_id`."""
+    if not re.match(MULTILINE_TEXT, message) or not re.match(NO_CONTROL_CHARACTERS, signature):
+        raise InvalidInput("message or signature holds control characters")
     header = _HEADER.match(message)
     fields = dict(_FIELD.findall(message))
     if header is None or not {"Nonce", "Issued At", "Expiration Time"} <= fields.keys():

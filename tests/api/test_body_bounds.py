@@ -120,7 +120,7 @@ def test_contribution_strings_at_their_bounds_are_accepted(
 
 MANIFEST = {
     "contributor_id": "alice",
-    "wallet_address": "0x27E99a4ae92A29903bdF24c6ca6e5f04C9470B96",
+    "wallet_address": "0x8c2Ead04647BE200896CE2020DCbEbA56B6afB75",
     "data_description": "rows\nfrom the March run\t(tab)",
     "data_source": "CRM export",
     "license": "CC-BY-4.0",

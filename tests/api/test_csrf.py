@@ -39,7 +39,7 @@ NOT_JSON = [
 ]
 MANIFEST = {
     "contributor_id": "alice",
-    "wallet_address": "0x27E99a4ae92A29903bdF24c6ca6e5f04C9470B96",
+    "wallet_address": "0x8c2Ead04647BE200896CE2020DCbEbA56B6afB75",
     "data_description": "rows",
     "data_source": "CRM export",
     "license": "CC-BY-4.0",

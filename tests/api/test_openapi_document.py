@@ -39,6 +39,8 @@ def test_validation_errors_are_documented_as_400_not_fastapis_422(document) -> N
         ("post", "/api/v1/benchmarks/upload/{model_id}"),
         ("post", "/api/v1/models/{model_id}/evaluation-schedule"),
         ("put", "/api/v1/models/{model_id}/evaluation-schedule"),
+        # A well-formed proof refused: expired, issued to another user, signed by another key.
+        ("post", "/api/wallet-proofs/verify"),
     }
     assert "HTTPValidationError" not in document["components"]["schemas"]
 

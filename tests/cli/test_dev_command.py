@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -69,7 +70,14 @@ def test_dev_serves_api_and_dagster_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             proc.kill()
             pytest.fail("marketplace dev did not stop within 40 s of Ctrl-C")
     assert returncode == 0
-    for port in (api_port, dagster_port):
+    ports = [api_port, dagster_port]
+    from cli.anvil import anvil_binary
+
+    if anvil_binary() is not None:  # the local chain it settled on stops with it too
+        chain = json.loads((tmp_path / "data" / "dev-chain.json").read_text())
+        ports.append(int(chain["SETTLEMENT_RPC_URL"].rsplit(":", 1)[1]))
+        assert (tmp_path / "data" / "anvil-state.json").is_file()  # saved for the next start
+    for port in ports:
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
 
@@ -153,10 +161,56 @@ def test_library_start_up_chatter_is_dropped_but_migrations_and_warnings_show(
         logging.getLogger("alembic.runtime.plugins").info("setup plugin x")
         logging.getLogger("presidio-analyzer").info("Loaded recognizer: EmailRecognizer")
         logging.getLogger("httpx").info("HTTP Request: GET …")
+        logging.getLogger("pipeline.checks.pii_scan").info("no PII found in 4 text values")
+        logging.getLogger("pipeline.intake.uploads").info("PII scan: no PII found in 4 text …")
     assert [r.getMessage() for r in caplog.records] == [
         "Running upgrade  -> 0001, initial schema",
         "something odd",
+        "PII scan: no PII found in 4 text …",
     ]
+
+
+def test_dev_summarizes_the_migrations_of_a_fresh_store_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from cli.devmode import migrations_summarized, quiet_library_loggers
+
+    quiet_library_loggers()
+    migration = logging.getLogger("alembic.runtime.migration")
+    printed: list[str] = []
+    with caplog.at_level(logging.INFO), migrations_summarized(printed.append):
+        migration.info("Running upgrade  -> 0001, initial schema")
+        migration.info("Running upgrade 0001 -> 0002, model owners")
+        migration.warning("something odd")
+    assert [r.getMessage() for r in caplog.records] == ["something odd"]
+    assert printed == ["marketplace dev: database migrated to revision 0002 (2 migrations)"]
+    with migrations_summarized(printed.append):
+        pass  # a store already at the latest revision: nothing printed
+    assert len(printed) == 1
+    with caplog.at_level(logging.INFO):
+        migration.info("Running upgrade 0002 -> 0003, x")  # outside `dev`: shown as before
+    assert caplog.records[-1].getMessage() == "Running upgrade 0002 -> 0003, x"
+
+
+def test_version_checks_without_a_result_by_design_are_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    import definitions  # noqa: F401  (defines the version checks)
+
+    active = logging.getLogger("dagster._core.execution.plan.active")
+    with caplog.at_level(logging.WARNING):
+        active.warning(
+            "Blocking asset check 'pii_report:no_pii' emitted no result in step 'x'; "
+            "downstream step 'y' will proceed without gating on it."
+        )
+        active.warning(
+            "Blocking asset check 'other:check' emitted no result in step 'x'; downstream …"
+        )
+    assert [r.getMessage()[:36] for r in caplog.records] == ["Blocking asset check 'other:check' e"]
 
 
 def test_banner_names_the_urls_the_window_and_how_to_get_an_admin_token(tmp_path: Path) -> None:
@@ -191,6 +245,27 @@ def test_banner_names_the_urls_the_window_and_how_to_get_an_admin_token(tmp_path
     assert f"$(MARKETPLACE_DATA_DIR='{tmp_path / 'my data'}' marketplace token --user alice" in (
         elsewhere
     )
+
+
+def test_banner_says_where_rewards_settle_or_how_to_turn_settlement_on(tmp_path: Path) -> None:
+    from cli.devmode import dev_banner
+    from pipeline.core.config import Settings
+
+    off = dev_banner(
+        Settings(marketplace_data_dir=tmp_path), host="127.0.0.1", port=8000, dagster_port=3000
+    )
+    assert (
+        "   Settlement   off: no anvil (install Node and npm, then `make contracts`)"
+        in off.splitlines()
+    )
+    on = Settings(
+        marketplace_data_dir=tmp_path,
+        settlement_rpc_url="http://user:secret@127.0.0.1:8545/path",
+        settlement_chain_id=31337,
+    )
+    text = dev_banner(on, host="127.0.0.1", port=8000, dagster_port=3000)
+    assert "   Settlement   chain 31337 at 127.0.0.1:8545" in text.splitlines()
+    assert "secret" not in text  # an RPC URL may carry a token
 
 
 def test_banner_waits_until_every_service_answers() -> None:

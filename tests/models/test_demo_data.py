@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from eth_account import Account
 
 from cli.contribute import load_manifest
 from cli.datafiles import read_rows
@@ -266,7 +267,11 @@ def test_demo_data_command_writes_files_the_other_commands_accept(
         f"wrote {folder / 'benchmark.csv'} (2000 rows)",
         f"wrote {folder / 'contribution.csv'} (1000 rows)",
         f"wrote {folder / 'manifest.json'} (wallet {demo_wallet()})",
+        f"wrote {folder / 'wallet.key'} (the demo wallet's key, public: a local chain's only)",
     ]
+    # The key of the manifest's wallet, so the demo's reward can be claimed (`marketplace claim`).
+    key = (folder / "wallet.key").read_text().strip()
+    assert Account.from_key(key).address == demo_wallet()
     assert "marketplace upload 1" in err
 
     spec = demo_definition().data_spec

@@ -8,6 +8,7 @@ import pytest
 from eth_account import Account
 
 from pipeline.core.db import Database
+from pipeline.settlement.claim_events import read_claims
 from pipeline.settlement.epochs import SettlementTarget, settle_epoch
 from pipeline.settlement.merkle import load, verify
 from pipeline.store.objectstore import LocalObjectStore
@@ -26,6 +27,9 @@ def settled(app: Any, db: Database, store: LocalObjectStore, evm: Evm) -> dict[s
         return int(evm.chain.distributor(distributor).functions.claimed(wallet).call())
 
     app.state.claimed_reader = claimed
+    app.state.claims_reader = lambda distributor, wallet: read_claims(
+        evm.chain, distributor, wallet
+    )
     LedgerWriter(db, store).pay([(ALICE, 2**70 + 3), (BOB, TOKEN)])
     target = SettlementTarget(chain=evm.chain, owner=evm.owner, contracts=evm.contracts)
     view = settle_epoch(db, store, target, "2026-12-07")
@@ -132,3 +136,27 @@ def test_the_wallet_page_shows_earnings_settled_claimed_and_claimable(
     assert f'href="/api/claims/{ALICE}"' in text
     assert "Not verified" in text
     assert client.get("/wallets/0x123").status_code == 400
+
+
+def test_the_wallet_page_lists_the_claims_made_with_their_transactions(
+    app: Any, client: Any, settled: dict[str, Any], evm: Evm
+) -> None:
+    assert '<p id="claims">No claims yet.</p>' in client.get(f"/wallets/{BOB}").text
+    claim = client.get(f"/api/claims/{BOB}").json()
+    distributor = evm.chain.distributor(claim["distributor"])
+    proof = [bytes.fromhex(p[2:]) for p in claim["proof"]]
+    # Sent by a sponsor, not by this service: the page reads the chain's events.
+    receipt = evm.chain.transact(
+        evm.funded_account(), distributor.functions.claim(BOB, TOKEN, proof)
+    )
+
+    text = client.get(f"/wallets/{BOB}").text
+
+    assert (
+        f"<tr><td>{receipt.block}</td><td>{TOKEN}</td><td><code>{receipt.tx_hash}</code></td></tr>"
+        in text
+    )
+    assert receipt.tx_hash.startswith("0x") and len(receipt.tx_hash) == 66
+    assert "No claims yet." in client.get(f"/wallets/{ALICE}").text  # Bob's claim only
+    app.state.claims_reader = lambda distributor, wallet: None
+    assert "Unknown: the chain does not answer." in client.get(f"/wallets/{BOB}").text

@@ -86,6 +86,20 @@ def test_verify_needs_a_session_and_a_real_signature(client: Any, auth_headers: 
         headers=auth_headers("alice"),
     )
     assert response.status_code == 400
+    # NUL in a message or a signature (the schema's patterns exclude it): 400, not a 500.
+    account: LocalAccount = Account.create()
+    issued = client.post(
+        "/api/wallet-proofs/challenge",
+        json={"wallet": account.address},
+        headers=auth_headers("alice"),
+    ).json()
+    signature = _sign(account, issued["message"])
+    for body in (
+        {"message": issued["message"] + "\x00", "signature": signature},
+        {"message": issued["message"], "signature": signature + "\x00"},
+    ):
+        refused = client.post("/api/wallet-proofs/verify", json=body, headers=auth_headers("alice"))
+        assert refused.status_code == 400, refused.text
     bad_wallet = client.post(
         "/api/wallet-proofs/challenge", json={"wallet": "0x123"}, headers=auth_headers("alice")
     )
