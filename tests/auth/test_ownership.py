@@ -490,7 +490,15 @@ def test_no_endpoint_serves_a_benchmarks_rows(
 
     contributor_key = key_for("alice")
     key_id = client.get("/api/v1/whoami", headers=contributor_key).json()["key_id"]
-    fill = {"modelId": "1", "model_id": "1", "jobId": job_id, "key_id": key_id, "org_id": "x"}
+    fill = {
+        "modelId": "1",
+        "model_id": "1",
+        "jobId": job_id,
+        "key_id": key_id,
+        "org_id": "x",
+        "epoch": "2026-12-07",
+        "wallet": WALLET_A,
+    }
     queries = {"wallet": WALLET_A}
     contributor = {**auth_headers("alice"), **contributor_key}
     paths = []

@@ -19,8 +19,13 @@ def materialize(
     trigger: str = "arrival",
     selection: list[str] | None = None,
 ) -> dg.ExecuteInProcessResult:
-    """Materialize every asset (and check) for the partition of the newest of `versions`."""
+    """Materialize every dataset-version asset (and check) for the partition of the newest of
+    `versions`; the settlement asset, partitioned by epoch, is not in that run."""
     keys = [partition_key(model_id, v) for v in versions]
+    if selection is None:
+        selection = [
+            key for asset in ASSETS if _by_version(asset.partitions_def) for key in asset.keys
+        ]
     instance.add_dynamic_partitions(PARTITIONS_DEF_NAME, keys)
     return dg.materialize(
         [*ASSETS, *ASSET_CHECKS],
@@ -30,4 +35,11 @@ def materialize(
         tags={TAG_TRIGGER: trigger, TAG_VERSIONS: ",".join(versions)},
         raise_on_error=False,
         selection=selection,
+    )
+
+
+def _by_version(partitions: dg.PartitionsDefinition | None) -> bool:
+    return (
+        isinstance(partitions, dg.DynamicPartitionsDefinition)
+        and partitions.name == PARTITIONS_DEF_NAME
     )
