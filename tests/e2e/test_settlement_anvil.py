@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +14,13 @@ from pipeline.core.config import Settings, get_settings, load_settings
 from pipeline.core.db import Database
 from pipeline.settlement.chain import Chain, RewardContracts
 from pipeline.store.objectstore import LocalObjectStore
-from tests.support.anvil import anvil_or_skip, deploy, settlement_settings
+from tests.support.anvil import settlement_settings
 from tests.support.ledger import LedgerWriter
 from tests.support.live_server import serve
 
 # It starts anvil and an API server.
 pytestmark = pytest.mark.slow
 TOKEN = 10**18
-
-
-@pytest.fixture(scope="module")
-def anvil() -> Iterator[str]:
-    with anvil_or_skip() as url:
-        yield url
-
-
-@pytest.fixture
-def deployed(anvil: str) -> RewardContracts:
-    return deploy(anvil)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pipeline.core.db import Database
 from pipeline.settlement.epochs import SettlementTarget, settle_epoch
 from pipeline.settlement.snapshot import load_tree
 from pipeline.store.objectstore import LocalObjectStore
-from tests.support.evm import Evm
+from tests.support.evm import Evm, on_chain
 from tests.support.ledger import LedgerWriter
 
 TOKEN = 10**18
@@ -37,19 +37,6 @@ def _kill_at(step: str):  # type: ignore[no-untyped-def]
     return checkpoint
 
 
-def _on_chain(evm: Evm) -> dict[str, object]:
-    token = evm.chain.token(evm.contracts.token)
-    distributor = evm.chain.distributor(evm.contracts.distributor)
-    mints = token.events.Transfer().get_logs(from_block=0)
-    return {
-        "supply": token.functions.totalSupply().call(),
-        "mints": len(mints),
-        "roots": len(distributor.events.RootSet().get_logs(from_block=0)),
-        "root": "0x" + distributor.functions.merkleRoot().call().hex(),
-        "epoch": distributor.functions.epoch().call(),
-    }
-
-
 def test_an_epoch_mints_the_ledger_total_and_publishes_a_root_every_wallet_can_claim(
     db: Database, store: LocalObjectStore, evm: Evm
 ) -> None:
@@ -62,7 +49,7 @@ def test_an_epoch_mints_the_ledger_total_and_publishes_a_root_every_wallet_can_c
     assert view is not None
     assert view["status"] == "settled" and view["number"] == 1 and view["wallets"] == 2
     assert view["totalAmount"] == str(3 * TOKEN + 12 + 2**70)
-    chain = _on_chain(evm)
+    chain = on_chain(evm.chain, evm.contracts)
     assert chain == {
         "supply": 3 * TOKEN + 12 + 2**70,
         "mints": 1,
@@ -103,10 +90,10 @@ def test_rows_written_after_the_cut_go_into_the_next_epoch_which_mints_only_the_
     )
     assert (second["totalAmount"], second["mintedAmount"]) == (str(4 * TOKEN), str(3 * TOKEN))
     assert second["number"] == 2
-    assert _on_chain(evm)["supply"] == 4 * TOKEN
+    assert on_chain(evm.chain, evm.contracts)["supply"] == 4 * TOKEN
     # Nothing new since: nothing to settle, nothing sent.
     assert settle_epoch(db, store, _target(evm), "2026-12-14") is None
-    assert _on_chain(evm)["roots"] == 2
+    assert on_chain(evm.chain, evm.contracts)["roots"] == 2
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -120,7 +107,7 @@ def test_a_settlement_killed_at_any_step_is_resumed_with_one_mint_and_one_root(
     view = settle_epoch(db, store, _target(evm), "2026-12-07")
 
     assert view is not None and view["status"] == "settled"
-    assert _on_chain(evm) == {
+    assert on_chain(evm.chain, evm.contracts) == {
         "supply": 4 * TOKEN + 1,
         "mints": 1,
         "roots": 1,
@@ -141,7 +128,7 @@ def test_an_earlier_epoch_killed_midway_is_finished_before_the_next_one(
     view = settle_epoch(db, store, _target(evm), "2026-12-07")
 
     assert view is not None and view["number"] == 2 and view["mintedAmount"] == str(TOKEN)
-    chain = _on_chain(evm)
+    chain = on_chain(evm.chain, evm.contracts)
     assert (chain["supply"], chain["mints"], chain["roots"], chain["epoch"]) == (
         2 * TOKEN,
         2,
@@ -166,5 +153,5 @@ def test_two_settlements_of_one_epoch_at_once_settle_it_once(
 
     assert first is not None and views and views[0] is not None
     assert first["root"] == views[0]["root"] and first["status"] == "settled"
-    chain = _on_chain(evm)
+    chain = on_chain(evm.chain, evm.contracts)
     assert (chain["supply"], chain["mints"], chain["roots"]) == (6 * TOKEN, 1, 1)

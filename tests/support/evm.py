@@ -30,6 +30,20 @@ class Evm:
         return account
 
 
+def on_chain(chain: Chain, contracts: RewardContracts) -> dict[str, object]:
+    """What the reward contracts hold: supply, mint and root counts, current root and epoch."""
+    token = chain.token(contracts.token)
+    distributor = chain.distributor(contracts.distributor)
+    mints = token.events.Transfer().get_logs(from_block=0)
+    return {
+        "supply": token.functions.totalSupply().call(),
+        "mints": len(mints),
+        "roots": len(distributor.events.RootSet().get_logs(from_block=0)),
+        "root": "0x" + distributor.functions.merkleRoot().call().hex(),
+        "epoch": distributor.functions.epoch().call(),
+    }
+
+
 def new_evm() -> Evm:
     w3 = Web3(EthereumTesterProvider())
     owner: LocalAccount = Account.create()
