@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.core.db import Database
@@ -39,7 +39,7 @@ from pipeline.core.tables import (
     RewardEntry,
     utcnow,
 )
-from pipeline.core.token_units import units_from_tokens
+from pipeline.core.token_units import UNITS_PER_TOKEN, units_from_tokens
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.rewards.formula import (
@@ -291,13 +291,18 @@ def _apply_daily_cap(session: Any, cap_tokens: float, members: list[_Member]) ->
     """Scale the batch's payments pro rata so the model's UTC day stays within the cap."""
     now = utcnow()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    paid_today = session.scalar(
-        select(func.coalesce(func.sum(RewardEntry.tokens), 0.0)).where(
-            RewardEntry.model_id == members[0].job.model_id,
-            RewardEntry.created_at >= day_start,
+    # The day's exact base units, summed as integers (not the float `tokens` column) and
+    # rounded up to millionths, so the day never passes the cap by a rounding.
+    paid_units = sum(
+        session.scalars(
+            select(RewardEntry.units).where(
+                RewardEntry.model_id == members[0].job.model_id,
+                RewardEntry.created_at >= day_start,
+            )
         )
     )
-    remaining = max(0, round(cap_tokens * _TOKEN_UNITS) - round(float(paid_today) * _TOKEN_UNITS))
+    paid_today = -(-paid_units // (UNITS_PER_TOKEN // _TOKEN_UNITS))
+    remaining = max(0, round(cap_tokens * _TOKEN_UNITS) - paid_today)
     payable = [m for m in members if m.payable]
     wanted = sum(m.units for m in payable)
     if wanted <= remaining:

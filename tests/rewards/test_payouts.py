@@ -26,6 +26,7 @@ from pipeline.core.tables import (
     Evaluation,
     RewardEntry,
 )
+from pipeline.core.token_units import UNITS_PER_TOKEN, tokens_from_units
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.outcomes import EvaluationOutcome
@@ -347,6 +348,42 @@ def test_tokens_are_capped_per_contribution_and_per_model_and_day(
         assert "scaled to 80.0% by the cap of 8 tokens per model per day" in (row.reason or "")
         assert paid[job_id] == pytest.approx(4.0, abs=1e-6)
     assert ledger(db, 1) == {first_id: 5.0}
+
+
+def test_the_daily_cap_counts_the_days_exact_units(
+    make_settings: Any, db: Database, store: LocalObjectStore
+) -> None:
+    """The day's payments are read as exact base units, not summed floats rounded to the
+    nearest millionth: a day 0.6 millionth short of the cap has no whole millionth left."""
+    svc = Services(make_settings(**FAST, reward_max_tokens_per_model_per_day=8), db=db, store=store)
+    spec_id, _ = add_benchmark(db, store)
+    cap_units = 8 * UNITS_PER_TOKEN
+    earlier = cap_units - 6 * 10**11
+    with db.session() as session:
+        evaluation = Evaluation(
+            model_id=1,
+            benchmark_spec_id=spec_id,
+            trigger="manual",
+            metric_name="accuracy",
+            metric_direction="higher_is_better",
+            score=0.9,
+        )
+        session.add(evaluation)
+        session.flush()
+        session.add(
+            RewardEntry(
+                evaluation_id=evaluation.id,
+                model_id=1,
+                wallet_address=WALLET_B,
+                tokens=tokens_from_units(earlier),
+                units=earlier,
+            )
+        )
+    _, version = contribute(db, store, churn_rows(200, seed=2), with_manifest=manifest())
+    run_pipeline(svc, version)
+    with db.session() as session:
+        day = sum(session.scalars(select(RewardEntry.units).where(RewardEntry.model_id == 1)))
+    assert earlier <= day <= cap_units
 
 
 def two_accepted(
