@@ -115,10 +115,23 @@ class Dagster:
     home: Path
 
     def add_partitions(self, keys: list[str]) -> None:
+        """Register the keys as the UI's "Add partition" would.
+
+        The daemon's arrival sensor registers the same keys when it sees the versions, so
+        either side may win: a key the sensor added first is not an error here.
+        """
         import dagster as dg
+        from sqlalchemy.exc import IntegrityError
 
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            instance.add_dynamic_partitions("dataset_versions", keys)
+            for key in keys:
+                if instance.has_dynamic_partition("dataset_versions", key):
+                    continue
+                try:
+                    instance.add_dynamic_partitions("dataset_versions", [key])
+                except IntegrityError:
+                    pass  # the sensor added it between the check and the insert
+            assert all(instance.has_dynamic_partition("dataset_versions", k) for k in keys)
 
     def materialize(self, key: str, assets: list[str] = ASSETS) -> str:
         """What the UI's "Materialize" sends: the implicit asset job, the partition's tag only."""
