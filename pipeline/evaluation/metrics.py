@@ -157,6 +157,9 @@ class Predictions:
     y_true: np.ndarray
     outputs: np.ndarray
     classes: tuple[Any, ...] = ()
+    # Paired fits (a model's `paired_fits`): the arrays hold `copies` blocks of the benchmark
+    # rows, block k predicted by fit k, so a metric that is a mean over rows is the fits' mean.
+    copies: int = 1
 
 
 def metric_score(predictions: Predictions) -> float:

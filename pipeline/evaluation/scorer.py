@@ -42,6 +42,7 @@ from pipeline.models.estimators import (
     build_estimator,
     validate_estimator,
 )
+from pipeline.models.paired_fits import DEFAULT_PAIRED_FITS
 from pipeline.models.row_keys import canonical_order, row_keys
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class ScoringOptions(TypedDict):
     # Empty or None: every benchmark column other than the target that the training frame has.
     input_columns: NotRequired[Sequence[str] | None]
     metric_name: str
+    # How many fits on keyed subsamples each training frame gets (the model's `paired_fits`,
+    # `pipeline.rewards.stability`); 1, the default, is one fit on every row.
+    paired_fits: NotRequired[int]
 
 
 class BenchmarkScorer:
@@ -99,6 +103,7 @@ class BenchmarkScorer:
         self.trainer = trainer
         self.target_column = target_column
         self.input_columns = list(options.get("input_columns") or [])
+        self.paired_fits = int(options.get("paired_fits") or DEFAULT_PAIRED_FITS)
         self.bench = bench
         self.y_true = bench[target_column].to_numpy()
         self.classes: tuple[Any, ...] = (

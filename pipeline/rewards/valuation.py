@@ -69,6 +69,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
+from pipeline.rewards.stability import Stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -144,6 +145,9 @@ class BatchValuation:
     # accepted data, in training order (one per group of copies).
     with_predictions: Predictions | None = field(default=None, repr=False, compare=False)
     with_keys: tuple[str, ...] = ()
+    # The pool's band over the model's paired fits (`pipeline.rewards.stability`); None with
+    # one fit, or when no pool was measured.
+    stability: Stability | None = None
 
     @property
     def significant(self) -> bool:

@@ -1,0 +1,44 @@
+"""How sure a pool is of the noise nobody controls: its band over the owner's paired fits.
+
+A tree model's fit moves with things no supplier chooses (which rows a tree sees, a split near
+a tie). A model defined with `paired_fits` K > 1 is trained K times, fit k on the training rows
+whose keyed draw for k keeps them (the same rows left out of fit k in "with", "without" and
+every coalition). Each fit k gives its own pool p_k, the improvement of "with" fit k over
+"without" fit k; the pool paid is their mean. The band is that mean ± two standard errors of
+it: a supplier sees how far another K fits could move the number. One fit measures no band.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+# Two standard errors: about 95 % of the means another K fits would give, for a normal spread.
+BAND_ERRORS = 2.0
+
+
+@dataclass(frozen=True)
+class Stability:
+    """The pool's band in percent, and the paired fits it was measured over."""
+
+    low: float
+    high: float
+    fits: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return f"band [{self.low:+.2f}, {self.high:+.2f}] % over {self.fits} paired fits"
+
+
+def pool_stability(pools: Sequence[float]) -> Stability | None:
+    """The band of the mean of `pools` (one per paired fit); None for fewer than two fits or a
+    pool that is not finite."""
+    if len(pools) < 2 or not all(math.isfinite(p) for p in pools):
+        return None
+    mean = math.fsum(pools) / len(pools)
+    variance = math.fsum((p - mean) ** 2 for p in pools) / (len(pools) - 1)
+    half = BAND_ERRORS * math.sqrt(variance / len(pools))
+    return Stability(mean - half, mean + half, len(pools))
