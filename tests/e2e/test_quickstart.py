@@ -296,5 +296,7 @@ def test_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
         or '"POST /' in line
     ]
     assert noise == [], noise
-    assert len(shown) < 60, "\n".join(shown)
+    # About 60 lines on a quiet machine; a loaded one spreads the arrivals over more sensor
+    # ticks, each of which logs one summary line, so the bound leaves room for that.
+    assert len(shown) < 80, "\n".join(shown)
     print(f"quick start, from `marketplace dev` to the rewards: {elapsed:.0f} s")
