@@ -31,6 +31,10 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   values the game is played again among them (every coalition is already trained), until
   every share is positive; with sampled values the pool of the rest is shared in proportion
   to the values they were given (one more model, where a replay would cost another budget).
+- **Paired fits**: a model of `paired_fits` K > 1 is fitted K times per coalition on keyed
+  subsamples (`pipeline.evaluation.scorer`); the game is played on the K fits' stacked
+  predictions (the expected game), and `stability` is the pool's band over the K fits' own
+  pools (`pipeline.rewards.stability`).
 - **Significance**: the pool is paid only when the lower bound of a paired bootstrap
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected (`pipeline.rewards.interval`).
@@ -52,6 +56,7 @@ from pipeline.checks.disclosure import submitter_integrity
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
+    copy_scores,
     improvement_denominator,
     metric_score,
 )
@@ -69,7 +74,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
-from pipeline.rewards.stability import Stability
+from pipeline.rewards.stability import Stability, pool_stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -193,7 +198,11 @@ class _Game:
         return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
     def improvement(self, score: float) -> float:
-        gain = score - self.score_without
+        return self.improvement_of(score, self.score_without)
+
+    def improvement_of(self, score: float, score_without: float) -> float:
+        """The improvement from `score_without` to `score` against the game's denominator."""
+        gain = score - score_without
         return (gain if self.higher_is_better else -gain) / self.denominator * 100.0
 
     def prepare(self, coalitions: Sequence[Coalition]) -> None:
@@ -281,6 +290,9 @@ def value_batch(
         if not interval.low > 0:
             rejected.update(dict.fromkeys(active, NOISE))
     accepted_units = [i for i in active if i not in rejected]
+    stability = None
+    if accepted_units and with_predictions.copies > 1:
+        stability = _pool_band(game, with_predictions)
     return BatchValuation(
         metric_name=scorer.metric.name,
         direction="higher_is_better" if higher_is_better else "lower_is_better",
@@ -301,7 +313,23 @@ def value_batch(
         without=game.without,
         with_predictions=with_predictions,
         with_keys=tuple(units[i][0].key for i in sorted(final)),
+        stability=stability,
     )
+
+
+def _pool_band(game: _Game, with_predictions: Predictions) -> Stability | None:
+    """The pool's band over the paired fits: fit k's pool is the improvement of "with" fit k
+    over "without" fit k, against the pool's own denominator."""
+    assert game.without is not None
+    if game.without.copies != with_predictions.copies:
+        raise ValueError("the with and without predictions come from different paired fits")
+    pools = [
+        game.improvement_of(with_score, without_score)
+        for with_score, without_score in zip(
+            copy_scores(with_predictions), copy_scores(game.without), strict=True
+        )
+    ]
+    return pool_stability(pools)
 
 
 Rounds = tuple[list[int], dict[int, float], dict[int, str], bool]
