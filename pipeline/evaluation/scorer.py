@@ -108,7 +108,8 @@ class BenchmarkScorer:
         self.trainer = trainer
         self.target_column = target_column
         self.input_columns = list(options.get("input_columns") or [])
-        self.paired_fits = validate_paired_fits(options.get("paired_fits") or DEFAULT_PAIRED_FITS)
+        fits = options.get("paired_fits")
+        self.paired_fits = validate_paired_fits(DEFAULT_PAIRED_FITS if fits is None else fits)
         self.bench = bench
         self.y_true = bench[target_column].to_numpy()
         self.classes: tuple[Any, ...] = (
@@ -155,7 +156,8 @@ class BenchmarkScorer:
         """One fit on the labelled rows `train`. `keyed`: their `row_keys` over the columns
         named, reused when the fit uses those columns."""
         columns = self.feature_columns(train)
-        keys = keyed[1] if keyed is not None and keyed[0] == [*columns, self.target_column] else None
+        used = [*columns, self.target_column]
+        keys = keyed[1] if keyed is not None and keyed[0] == used else None
         predictor: Any = _baseline(train, self.bench, columns, self.task_type, self.target_column)
         if predictor is None:
             if self.recipe is None:

@@ -47,7 +47,7 @@ def validate_paired_fits(fits: object) -> int:
     try:
         if isinstance(fits, bool):
             raise TypeError
-        count = operator.index(fits)  # type: ignore[call-overload]
+        count = operator.index(fits)  # type: ignore[arg-type]
     except TypeError:
         raise InvalidInput(f"paired_fits must be an integer, not {fits!r}") from None
     if not 1 <= count <= MAX_PAIRED_FITS:

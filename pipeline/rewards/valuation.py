@@ -56,7 +56,6 @@ from pipeline.checks.disclosure import submitter_integrity
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
-    copy_scores,
     improvement_denominator,
     metric_score,
 )
@@ -74,7 +73,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
-from pipeline.rewards.stability import Stability, pool_stability
+from pipeline.rewards.stability import Stability, copy_pools, pool_stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -198,11 +197,7 @@ class _Game:
         return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
     def improvement(self, score: float) -> float:
-        return self.improvement_of(score, self.score_without)
-
-    def improvement_of(self, score: float, score_without: float) -> float:
-        """The improvement from `score_without` to `score` against the game's denominator."""
-        gain = score - score_without
+        gain = score - self.score_without
         return (gain if self.higher_is_better else -gain) / self.denominator * 100.0
 
     def prepare(self, coalitions: Sequence[Coalition]) -> None:
@@ -292,7 +287,8 @@ def value_batch(
     accepted_units = [i for i in active if i not in rejected]
     stability = None
     if accepted_units and with_predictions.copies > 1:
-        stability = _pool_band(game, with_predictions)
+        pools = copy_pools(game.without, with_predictions, higher_is_better, game.denominator)
+        stability = pool_stability(pools)
     return BatchValuation(
         metric_name=scorer.metric.name,
         direction="higher_is_better" if higher_is_better else "lower_is_better",
@@ -315,21 +311,6 @@ def value_batch(
         with_keys=tuple(units[i][0].key for i in sorted(final)),
         stability=stability,
     )
-
-
-def _pool_band(game: _Game, with_predictions: Predictions) -> Stability | None:
-    """The pool's band over the paired fits: fit k's pool is the improvement of "with" fit k
-    over "without" fit k, against the pool's own denominator."""
-    assert game.without is not None
-    if game.without.copies != with_predictions.copies:
-        raise ValueError("the with and without predictions come from different paired fits")
-    pools = [
-        game.improvement_of(with_score, without_score)
-        for with_score, without_score in zip(
-            copy_scores(with_predictions), copy_scores(game.without), strict=True
-        )
-    ]
-    return pool_stability(pools)
 
 
 Rounds = tuple[list[int], dict[int, float], dict[int, str], bool]
