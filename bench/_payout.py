@@ -13,12 +13,10 @@ Per perturbation: the largest move of a paid share in % of the reference pool (a
 contribution is paid 0), the move of the paid pool in % of it, and the flips: contributions
 holding at least `FLIP_SHARE` of the pool that change between paid and rejected.
 
-`--payout-fits K` (K > 1) plays the expected game at small K instead of the deployed one (a
-candidate of issue 35, measured, not deployed): each coalition's predictions are those of K
-fits, fit k on the rows whose `keyed_uniform` draw for k is below `SUBSAMPLE` (the same rows
-left out of fit k in every coalition), stacked, so a metric that is a mean over benchmark rows
-is the mean over the K fits. Its paired bootstrap treats the K copies of a benchmark row as
-independent rows: its interval is narrower than it should be.
+`--payout-fits K` sets the model's `paired_fits` to K, as an owner would
+(`pipeline.models.paired_fits`): each coalition is fitted K times on keyed subsamples and the
+game played on their stacked predictions (the expected game at small K); the pool's band over
+the K fits is printed beside each reference valuation.
 """
 
 from __future__ import annotations
@@ -31,46 +29,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench._faithfulness import scale_scenario
-from pipeline.evaluation.metrics import Predictions
+from bench._faithfulness_scale import scale_scenario
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
-from pipeline.models.row_keys import keyed_uniform, row_keys
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 FLIP_SHARE = 0.05
 OTHER_SEED = 1
 GOALS = {"share_move": 2.0, "pool_move": 10.0}  # % of the pool
-SUBSAMPLE = 0.9
 
 
-class ExpectedScorer(BenchmarkScorer):
-    """`scorer`'s benchmark and model, each prediction stacked over `fits` keyed subsamples."""
-
-    def __init__(self, scorer: BenchmarkScorer, fits: int) -> None:
-        options: Any = {
-            "task_type": scorer.task_type,
-            "estimator": scorer.recipe,
-            "trainer": scorer.trainer,
-            "target_column": scorer.target_column,
-            "input_columns": scorer.input_columns,
-            "metric_name": scorer.metric.name,
-        }
-        super().__init__(scorer.bench, **options)
-        self.fits = fits
-
-    def predict(self, train_df: pd.DataFrame) -> Predictions:
-        if train_df.empty:
-            return super().predict(train_df)
-        keys = row_keys(train_df)
-        found = [
-            super(ExpectedScorer, self).predict(train_df[keyed_uniform(keys, 1000 + k) < SUBSAMPLE])
-            for k in range(self.fits)
-        ]
-        first = found[0]
-        y_true = np.concatenate([p.y_true for p in found])
-        outputs = np.concatenate([p.outputs for p in found])
-        return Predictions(first.metric_name, y_true, outputs, first.classes)
+def with_paired_fits(scorer: BenchmarkScorer, fits: int) -> BenchmarkScorer:
+    """`scorer`'s benchmark and model, with the owner's `paired_fits` set to `fits`."""
+    return BenchmarkScorer(
+        scorer.bench,
+        task_type=scorer.task_type,
+        estimator=scorer.recipe,
+        trainer=scorer.trainer,
+        target_column=scorer.target_column,
+        input_columns=scorer.input_columns,
+        metric_name=scorer.metric.name,
+        paired_fits=fits,
+    )
 
 
 @contextmanager
@@ -141,7 +121,7 @@ def measure_payout(
                         accepted, players, 10 * players + seed, estimator
                     )
                     if fits > 1:
-                        scorer = ExpectedScorer(scorer, fits)
+                        scorer = with_paired_fits(scorer, fits)
                     rows.extend(
                         _case(scorer, base, contributions, estimator, seed, draws, settings, on_row)
                     )
@@ -184,6 +164,7 @@ def _case(
             "share_move": share,
             "pool_move": pool_move,
             "flips": flips,
+            "band": reference.stability.describe() if reference.stability else "",
             "shares": " ".join(
                 f"{a:.3f}>{b:.3f}"
                 for a, b in zip(paid(reference).values(), paid(other).values(), strict=True)
@@ -232,7 +213,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--payout-seeds", type=int, default=4, help="scenarios per cell")
     parser.add_argument("--payout-draws", type=int, default=4, help="one-row-fewer draws")
     parser.add_argument(
-        "--payout-fits", type=int, default=1, help="K > 1: the expected game at small K"
+        "--payout-fits", type=int, default=1, help="the model's paired_fits K (1: one fit)"
     )
 
 
@@ -251,7 +232,7 @@ def run(args: Any, settings: ValuationSettings) -> float:
             f"payout: {r['estimator']} | {r['accepted']} | {r['players']} | {r['seed']} | "
             f"{r['method']} | {r['pool_pct']:.3f} | {r['perturbation']} | "
             f"{r['other_pool_pct']:.3f} | {r['share_move']:.2f} | {r['pool_move']:.2f} | "
-            f"{r['flips']} | {r['shares']}",
+            f"{r['flips']} | {r['shares']}" + (f" | {r['band']}" if r["band"] else ""),
             flush=True,
         )
 

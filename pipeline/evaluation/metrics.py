@@ -18,7 +18,7 @@ Metrics (`METRICS`), each with its task type and natural direction:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -179,6 +179,49 @@ def metric_score(predictions: Predictions) -> float:
             f"cannot compute {name}: the training and benchmark targets are not "
             "comparable (labels of different types?)"
         ) from exc
+
+
+def stack_copies(fits: list[Predictions]) -> Predictions:
+    """The predictions of paired fits (each on every benchmark row, one copy each) as one:
+    block k is fit k's, `copies` their count."""
+    first = fits[0]
+    if len(fits) == 1:
+        return first
+    return Predictions(
+        first.metric_name,
+        np.concatenate([f.y_true for f in fits]),
+        np.concatenate([f.outputs for f in fits]),
+        first.classes,
+        copies=len(fits),
+    )
+
+
+def copy_block(predictions: Predictions, copy: int) -> Predictions:
+    """The predictions of paired fit `copy` alone (one copy)."""
+    rows = benchmark_rows(predictions)
+    block = slice(copy * rows, (copy + 1) * rows)
+    return replace(
+        predictions,
+        y_true=predictions.y_true[block],
+        outputs=predictions.outputs[block],
+        copies=1,
+    )
+
+
+def benchmark_rows(predictions: Predictions) -> int:
+    """How many benchmark rows `predictions` cover (their length over their copies)."""
+    rows, copies = len(predictions.y_true), predictions.copies
+    if copies < 1 or rows % copies:
+        raise ValueError(f"{rows} predicted rows are not {copies} copies of the benchmark")
+    return rows // copies
+
+
+def copy_scores(predictions: Predictions) -> np.ndarray:
+    """The metric of each paired fit's block of `predictions` (one value per copy)."""
+    return np.asarray(
+        [metric_score(copy_block(predictions, k)) for k in range(predictions.copies)],
+        dtype="float64",
+    )
 
 
 def metric_samples(predictions: Predictions, weights: np.ndarray) -> np.ndarray:

@@ -17,6 +17,10 @@ the owner's code is only ever given rows it can learn from.
 
 Training rows are put in a canonical order (a hash of their content) before any fit, the
 estimator's or the owner's: the order in which rows were stored changes nothing.
+
+A model with `paired_fits` K > 1 (`pipeline.models.paired_fits`) is fitted K times per
+training frame, fit k on the rows whose keyed draw for k keeps them; each fit follows the
+rules above on its own rows (an empty or one-class subsample gets its trivial baseline).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pipeline.evaluation.metrics import (
     improvement_floor,
     metric_score,
     sorted_labels,
+    stack_copies,
 )
 from pipeline.models.estimators import (
     CATALOG,
@@ -42,7 +47,7 @@ from pipeline.models.estimators import (
     build_estimator,
     validate_estimator,
 )
-from pipeline.models.paired_fits import DEFAULT_PAIRED_FITS
+from pipeline.models.paired_fits import DEFAULT_PAIRED_FITS, paired_mask, validate_paired_fits
 from pipeline.models.row_keys import canonical_order, row_keys
 
 if TYPE_CHECKING:
@@ -103,7 +108,8 @@ class BenchmarkScorer:
         self.trainer = trainer
         self.target_column = target_column
         self.input_columns = list(options.get("input_columns") or [])
-        self.paired_fits = int(options.get("paired_fits") or DEFAULT_PAIRED_FITS)
+        fits = options.get("paired_fits")
+        self.paired_fits = validate_paired_fits(DEFAULT_PAIRED_FITS if fits is None else fits)
         self.bench = bench
         self.y_true = bench[target_column].to_numpy()
         self.classes: tuple[Any, ...] = (
@@ -126,14 +132,37 @@ class BenchmarkScorer:
 
     def predict(self, train_df: pd.DataFrame) -> Predictions:
         """Train the estimator (or the owner's trainer) on `train_df` and predict every
-        benchmark row."""
+        benchmark row.
+
+        With `paired_fits` K > 1: K fits, fit k on the labelled rows `paired_mask` keeps for k
+        (`pipeline.models.paired_fits`), each as `predict` would fit those rows alone (the
+        trivial baselines included); their predictions stacked fit by fit (`copies` K)."""
         train = self.labelled(train_df)
+        if self.paired_fits == 1:
+            return self._predict_rows(train)
         columns = self.feature_columns(train)
+        used = [*columns, self.target_column]
+        # The rows' keys once: they pick each fit's rows and order them for the fit.
+        keys = row_keys(train, used) if len(train) else np.zeros(0, dtype=np.uint64)
+        fits = []
+        for fit in range(self.paired_fits):
+            kept = np.flatnonzero(paired_mask(keys, fit))
+            fits.append(self._predict_rows(train.iloc[kept], (used, keys[kept])))
+        return stack_copies(fits)
+
+    def _predict_rows(
+        self, train: pd.DataFrame, keyed: tuple[list[str], np.ndarray] | None = None
+    ) -> Predictions:
+        """One fit on the labelled rows `train`. `keyed`: their `row_keys` over the columns
+        named, reused when the fit uses those columns."""
+        columns = self.feature_columns(train)
+        used = [*columns, self.target_column]
+        keys = keyed[1] if keyed is not None and keyed[0] == used else None
         predictor: Any = _baseline(train, self.bench, columns, self.task_type, self.target_column)
         if predictor is None:
             if self.recipe is None:
-                return self._owner_predictions(train, columns)
-            predictor = _fit(train, columns, self.task_type, self.recipe, self.target_column)
+                return self._owner_predictions(train, columns, keys)
+            predictor = _fit(train, columns, self.task_type, self.recipe, self.target_column, keys)
         x_bench = self.bench[columns]
         name = self.metric.name
         if self.task_type == "regression":
@@ -146,13 +175,19 @@ class BenchmarkScorer:
             return Predictions(name, self.y_true, scores, self.classes)
         return Predictions(name, self.y_true, predictor.predict(x_bench), self.classes)
 
-    def _owner_predictions(self, train: pd.DataFrame, columns: list[str]) -> Predictions:
+    def _owner_predictions(
+        self, train: pd.DataFrame, columns: list[str], keys: np.ndarray | None = None
+    ) -> Predictions:
         """The owner's code fits and predicts in the sandbox; it is given the training rows and
         the benchmark's features, never the benchmark's labels. Scored here, on them."""
         assert self.trainer is not None
         used = [*columns, self.target_column]
+        rows = train[used]
+        ordered = (
+            canonical_order(rows) if keys is None else rows.iloc[np.argsort(keys, kind="stable")]
+        )
         output = self.trainer.predict(
-            canonical_order(train[used]).reset_index(drop=True),
+            ordered.reset_index(drop=True),
             self.bench[columns].reset_index(drop=True),
             target=self.target_column,
             task_type=self.task_type,
@@ -257,12 +292,17 @@ def _baseline(
 
 
 def _fit(
-    train: pd.DataFrame, columns: list[str], task_type: str, recipe: Recipe, target_column: str
+    train: pd.DataFrame,
+    columns: list[str],
+    task_type: str,
+    recipe: Recipe,
+    target_column: str,
+    keys: np.ndarray | None = None,
 ) -> Any:
     """The recipe's pipeline fitted on `train`, its rows in their canonical order and, for a
-    keyed estimator, with their keys (`pipeline.models.row_keys`)."""
+    keyed estimator, with their keys (`pipeline.models.row_keys`; `keys` when known)."""
     used = [*columns, target_column]
-    keys = row_keys(train, used)
+    keys = row_keys(train, used) if keys is None else keys
     order = np.argsort(keys, kind="stable")
     train, keys = train.iloc[order], keys[order]
     y = train[target_column]

@@ -4,14 +4,15 @@ accepted state, kept in the object store across runs and restarts.
 "Without" changes only when the model's accepted state does, so a batch of one trains one model
 (the one with the contribution) instead of two. The key is a digest of named parts
 (`without_key`): the accepted versions, the benchmark version, the recipe (estimator, task,
-target, inputs, metric, library version) and the seed. `model_state_key` gathers them;
+target, inputs, metric, library version, paired fits) and the seed. `model_state_key` gathers them;
 a new part (a base data version, a trainer hash) is one more keyword there. Any change of a part
 changes the digest: the stored entry no longer matches and the next evaluation trains "without"
 again (a miss) and replaces it.
 
 Stored: one Parquet object per model, `valuation-cache/{model_id}/without.parquet` (the model id
 is in the path and in the digest, so one model never reads another's entry), holding the
-per-row predictions and, in its metadata, the digest and the benchmark classes. No pickle: the
+per-row predictions (K blocks of the benchmark rows for a model of K paired fits) and, in its
+metadata, the digest, the benchmark classes and K when above one. No pickle: the
 entry is data, checked against the benchmark it is read for. A cache that cannot be read or
 written is a miss, logged, never a failed evaluation.
 """
@@ -95,8 +96,8 @@ def trained_as_accepted(
 
 def recipe_digest(scorer: BenchmarkScorer) -> str:
     """How the model is trained and scored: a new recipe (estimator, parameters,
-    preprocessing), owner's training code, target, input list, metric or scikit-learn release
-    is another model."""
+    preprocessing), owner's training code, target, input list, metric, scikit-learn release or
+    number of paired fits is another model."""
     import sklearn  # lazily: only evaluations need it
 
     recipe = json.dumps(scorer.recipe.to_json(), sort_keys=True) if scorer.recipe else ""
@@ -110,6 +111,8 @@ def recipe_digest(scorer: BenchmarkScorer) -> str:
             ",".join(scorer.input_columns),
             scorer.metric.name,
             f"scikit-learn {sklearn.__version__}",
+            # Only with paired fits, so a model of one fit keeps the digest it always had.
+            *([f"paired fits {scorer.paired_fits}"] if scorer.paired_fits > 1 else []),
         ]
     )
 
@@ -163,6 +166,8 @@ def _encode(predictions: Predictions, key: WithoutKey) -> bytes:
         "metric": predictions.metric_name,
         "classes": [c.item() if isinstance(c, np.generic) else c for c in predictions.classes],
     }
+    if predictions.copies > 1:
+        meta["copies"] = predictions.copies  # absent for one fit: that entry is as it was
     table = pa.table(columns).replace_schema_metadata({_META: json.dumps(meta).encode()})
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
@@ -178,8 +183,12 @@ def _decode(data: bytes, key: WithoutKey, scorer: BenchmarkScorer) -> Prediction
         return None
     if meta.get("model_id") != key.model_id or meta.get("metric") != scorer.metric.name:
         return None
+    copies = meta.get("copies", 1)
+    if copies != scorer.paired_fits:
+        return None  # another number of paired fits: another model
+    expected = scorer.y_true if copies == 1 else np.tile(scorer.y_true, copies)
     y_true = table.column("y_true").to_numpy(zero_copy_only=False)
-    if len(y_true) != len(scorer.y_true) or not np.array_equal(y_true, scorer.y_true):
+    if len(y_true) != len(expected) or not np.array_equal(y_true, expected):
         return None  # another benchmark's rows: never scored against this one
     names = table.column_names
     if "output" in names:
@@ -189,4 +198,4 @@ def _decode(data: bytes, key: WithoutKey, scorer: BenchmarkScorer) -> Prediction
         outputs = np.column_stack(
             [table.column(f"output_{j}").to_numpy(zero_copy_only=False) for j in range(count)]
         )
-    return Predictions(scorer.metric.name, scorer.y_true, outputs, scorer.classes)
+    return Predictions(scorer.metric.name, expected, outputs, scorer.classes, copies)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
-from pipeline.evaluation.metrics import Predictions, metric_samples
+from pipeline.evaluation.metrics import Predictions, benchmark_rows, metric_samples
 
 # Fixed, so the same data always gets the same interval and the same shares.
 BOOTSTRAP_SEED = 20_231_123
@@ -60,12 +60,25 @@ def improvement_interval(
     alike in all three are one cell, and a resample's count per cell is drawn at once from the
     multinomial law the row-by-row draws add up to (the same bootstrap distribution, a few
     draws per resample instead of one per row: labels give at most classes³ cells).
+
+    Paired fits (`copies` K > 1: K blocks of the benchmark rows, one per fit): a drawn row
+    counts in every block, so the resample is of benchmark rows, never of K·n independent
+    ones (which would narrow the interval by about √K). A cell is then a row's target and
+    its K predictions with and without.
     """
-    rows = len(without.y_true)
-    cells = _cells(without, with_)
+    if with_.copies != without.copies:
+        raise ValueError(
+            f"paired bootstrap of {with_.copies} paired fits with against "
+            f"{without.copies} without: the two sides must come from the same fits"
+        )
+    copies = without.copies
+    rows = benchmark_rows(without)
+    if benchmark_rows(with_) != rows:
+        raise ValueError("paired bootstrap of predictions on different benchmark rows")
+    cells = _cells(without, with_, rows)
     rng = np.random.default_rng(seed)
     width = rows if cells is None else len(cells[2])
-    block = max(1, min(resamples, _BLOCK_CELLS // max(width, 1)))
+    block = max(1, min(resamples, _BLOCK_CELLS // max(width * copies, 1)))
     sign = 1.0 if higher_is_better else -1.0
     gains: list[np.ndarray] = []
     done = 0
@@ -75,6 +88,8 @@ def improvement_interval(
             counts, pair = _row_counts(rng, rows, size), (with_, without)
         else:
             counts, pair = rng.multinomial(rows, cells[2] / rows, size=size), cells[:2]
+        if copies > 1:
+            counts = np.tile(counts, (1, copies))  # each drawn row, in every fit's block
         gains.append(sign * (metric_samples(pair[0], counts) - metric_samples(pair[1], counts)))
         done += size
     values = np.concatenate(gains) / denominator * 100.0
@@ -94,17 +109,26 @@ def _row_counts(rng: np.random.Generator, rows: int, size: int) -> np.ndarray:
 
 
 def _cells(
-    without: Predictions, with_: Predictions
+    without: Predictions, with_: Predictions, rows: int | None = None
 ) -> tuple[Predictions, Predictions, np.ndarray] | None:
     """The benchmark's distinct (target, with, without) rows as two Predictions and each
     one's row count; None when outputs are per-class scores or the rows barely repeat (the
-    row-by-row draws are then cheaper than a multinomial over as many cells)."""
+    row-by-row draws are then cheaper than a multinomial over as many cells). With copies, a
+    cell is alike in the target and every copy's with and without (each kept `copies` times)."""
     if without.outputs.ndim != 1 or with_.outputs.ndim != 1 or not len(without.y_true):
         return None
-    factors = [pd.factorize(c) for c in (without.y_true, with_.outputs, without.outputs)]
+    copies = without.copies
+    rows = benchmark_rows(without) if rows is None else rows
+    blocks = [slice(k * rows, (k + 1) * rows) for k in range(copies)]
+    columns = [
+        without.y_true[:rows],
+        *(with_.outputs[b] for b in blocks),
+        *(without.outputs[b] for b in blocks),
+    ]
+    factors = [pd.factorize(c) for c in columns]
     if math.prod(len(uniques) + 1 for _, uniques in factors) >= 2**62:
         return None  # the cell keys would not fit in int64 (and the rows barely repeat)
-    key = np.zeros(len(without.y_true), dtype="int64")
+    key = np.zeros(rows, dtype="int64")
     for codes, uniques in factors:
         key = key * (len(uniques) + 1) + (codes + 1)  # NaN (code -1) is a value of its own
     keys = math.prod(len(uniques) + 1 for _, uniques in factors)
@@ -120,6 +144,8 @@ def _cells(
         _, first, counts = np.unique(key, return_index=True, return_counts=True)
     if len(first) * _CELL_GAIN > len(key):
         return None
+    if copies > 1:
+        first = (first[None, :] + rows * np.arange(copies)[:, None]).ravel()
     return (
         replace(with_, y_true=with_.y_true[first], outputs=with_.outputs[first]),
         replace(without, y_true=without.y_true[first], outputs=without.outputs[first]),

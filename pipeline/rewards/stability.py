@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from pipeline.evaluation.metrics import Predictions, copy_scores
+
 # Two standard errors: about 95 % of the means another K fits would give, for a normal spread.
 BAND_ERRORS = 2.0
 
@@ -42,3 +44,19 @@ def pool_stability(pools: Sequence[float]) -> Stability | None:
     variance = math.fsum((p - mean) ** 2 for p in pools) / (len(pools) - 1)
     half = BAND_ERRORS * math.sqrt(variance / len(pools))
     return Stability(mean - half, mean + half, len(pools))
+
+
+def copy_pools(
+    without: Predictions, with_: Predictions, higher_is_better: bool, denominator: float
+) -> list[float]:
+    """Each paired fit's pool in percent: the improvement of "with" fit k over "without" fit k,
+    against the batch pool's `denominator` (so that their mean is the pool for a metric that
+    is a mean over rows)."""
+    if with_.copies != without.copies:
+        raise ValueError(
+            f"{with_.copies} paired fits with against {without.copies} without: "
+            "the two sides must come from the same fits"
+        )
+    sign = 1.0 if higher_is_better else -1.0
+    gains = sign * (copy_scores(with_) - copy_scores(without))
+    return [float(g) / denominator * 100.0 for g in gains]

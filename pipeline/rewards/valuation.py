@@ -31,6 +31,10 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   values the game is played again among them (every coalition is already trained), until
   every share is positive; with sampled values the pool of the rest is shared in proportion
   to the values they were given (one more model, where a replay would cost another budget).
+- **Paired fits**: a model of `paired_fits` K > 1 is fitted K times per coalition on keyed
+  subsamples (`pipeline.evaluation.scorer`); the game is played on the K fits' stacked
+  predictions (the expected game), and `stability` is the pool's band over the K fits' own
+  pools (`pipeline.rewards.stability`).
 - **Significance**: the pool is paid only when the lower bound of a paired bootstrap
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected (`pipeline.rewards.interval`).
@@ -69,7 +73,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
-from pipeline.rewards.stability import Stability
+from pipeline.rewards.stability import Stability, copy_pools, pool_stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -281,6 +285,10 @@ def value_batch(
         if not interval.low > 0:
             rejected.update(dict.fromkeys(active, NOISE))
     accepted_units = [i for i in active if i not in rejected]
+    stability = None
+    if accepted_units and with_predictions.copies > 1:
+        pools = copy_pools(game.without, with_predictions, higher_is_better, game.denominator)
+        stability = pool_stability(pools)
     return BatchValuation(
         metric_name=scorer.metric.name,
         direction="higher_is_better" if higher_is_better else "lower_is_better",
@@ -301,6 +309,7 @@ def value_batch(
         without=game.without,
         with_predictions=with_predictions,
         with_keys=tuple(units[i][0].key for i in sorted(final)),
+        stability=stability,
     )
 
 
