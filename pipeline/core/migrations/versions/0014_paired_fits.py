@@ -23,5 +23,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("models") as batch:
-        batch.drop_column("paired_fits")
+    # A plain DROP COLUMN (SQLite 3.35+): a batch would copy `models` to a new table and drop the
+    # old one, which the foreign keys of a store with contributions refuse.
+    op.drop_column("models", "paired_fits")
