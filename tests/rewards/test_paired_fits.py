@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 from sqlalchemy import create_engine, inspect, select, text
@@ -23,13 +24,15 @@ from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.migrate import downgrade, upgrade
 from pipeline.core.tables import Model
-from pipeline.demo.churn_data import churn_rows
+from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.paired_fits import MAX_PAIRED_FITS
 from pipeline.models.registry import demo_definition, parse_definition, register_model
 from pipeline.rewards import batch_valuation, reference_check
+from pipeline.rewards import valuation as valuation_module
+from pipeline.rewards.players import Player
 from pipeline.rewards.stability import Stability
-from pipeline.rewards.valuation import BatchValuation, valuation_view
+from pipeline.rewards.valuation import BatchValuation, ValuationSettings, valuation_view
 from pipeline.rewards.valuation_records import band_text
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
@@ -196,11 +199,10 @@ def measured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The valuation's `value_batch`, its result given `BAND` when the scorer fits more than
     once (as the engine will); returns the paired fits each scorer was built with."""
     seen: list[int] = []
-    real = batch_valuation.value_batch
 
     def value_batch(scorer: BenchmarkScorer, *args: Any, **kwargs: Any) -> BatchValuation:
         seen.append(scorer.paired_fits)
-        valuation = real(scorer, *args, **kwargs)
+        valuation = valuation_module.value_batch(scorer, *args, **kwargs)
         band = BAND if scorer.paired_fits > 1 else None
         return dataclasses.replace(valuation, stability=band)
 
@@ -295,12 +297,6 @@ def test_the_reference_check_measures_with_the_owner_s_paired_fits(
             built.append(self.paired_fits)
 
     monkeypatch.setattr(reference_check, "BenchmarkScorer", Recording)
-    import pandas as pd
-
-    from pipeline.demo.churn_data import churn_benchmark_rows
-    from pipeline.rewards.players import Player
-    from pipeline.rewards.valuation import ValuationSettings, value_batch
-
     bench = pd.DataFrame(churn_benchmark_rows(200))
     scorer = BenchmarkScorer(
         bench,
@@ -313,7 +309,9 @@ def test_the_reference_check_measures_with_the_owner_s_paired_fits(
     base = pd.DataFrame(churn_rows(150, seed=1))
     players = [Player("a", pd.DataFrame(churn_rows(120, seed=3)))]
     settings = ValuationSettings(resamples=50)
-    valuation = value_batch(scorer, base, players, higher_is_better=True, settings=settings)
+    valuation = valuation_module.value_batch(
+        scorer, base, players, higher_is_better=True, settings=settings
+    )
 
     reference_check.check_valuation(scorer, base, players, valuation, settings=settings)
 
