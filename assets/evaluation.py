@@ -87,12 +87,14 @@ def _evaluation_table(outcomes: Sequence[EvaluationOutcome]) -> dg.MetadataValue
 
 
 def shares_by(outcome: EvaluationOutcome) -> str:
-    """How the shares were computed: method, accepted rows trained on, "without" cached or not."""
+    """How the shares were computed: method, accepted rows trained on, "without" cached or not,
+    and the pool's band over the model's paired fits."""
     if outcome.valuation_method is None:
         return ""
+    band = f", pool {outcome.stability_band}" if outcome.stability_band else ""
     return (
         f"{outcome.valuation_method}, {outcome.sample_rows} accepted rows, "
-        f"without: cache {outcome.without_cache}, {outcome.models_trained} models trained"
+        f"without: cache {outcome.without_cache}, {outcome.models_trained} models trained{band}"
     )
 
 
@@ -145,6 +147,9 @@ def evaluation_metadata(outcome: EvaluationOutcome) -> dict[str, Any]:
             "batch_size": outcome.batch_size,
             "base_rows": outcome.base_rows,
             "valuation_method": outcome.valuation_method,
+            # The pool's band over the model's paired fits ("not measured (one fit)" with one).
+            "stability": outcome.stability_band,
+            "paired_fits": outcome.paired_fits,
             "sample_rows": outcome.sample_rows,
             "without_cache": outcome.without_cache,
             "models_trained": outcome.models_trained,

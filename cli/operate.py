@@ -101,10 +101,13 @@ def cmd_models_list(_: argparse.Namespace) -> int:
 
 
 def _trained_by(model: Model) -> str:
+    # The owner's paired fits only when chosen: one fit is the default, and says nothing.
+    fits = f"\tpaired_fits={model.paired_fits}" if model.paired_fits > 1 else ""
     if model.trainer is not None:
-        return f"trainer={model.trainer}@{(model.trainer_sha256 or '')[:12]}"
+        return f"trainer={model.trainer}@{(model.trainer_sha256 or '')[:12]}{fits}"
     recipe = model_recipe(model)
-    return f"recipe={recipe.describe()}" if recipe else f"estimator={model.estimator}"
+    trained = f"recipe={recipe.describe()}" if recipe else f"estimator={model.estimator}"
+    return trained + fits
 
 
 def cmd_models_accepted(args: argparse.Namespace) -> int:

@@ -52,6 +52,9 @@ def models_index(db: Database = Depends(get_db)) -> list[dict[str, Any]]:
                     else None
                 ),
                 "min_improvement_pct": m.min_improvement_pct,
+                # Fits of each training frame in a valuation, the pool their mean
+                # (docs/models.md).
+                "paired_fits": m.paired_fits,
             }
             for m in list_models(session)
         ]

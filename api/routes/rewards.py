@@ -50,6 +50,14 @@ class IntervalOut(BaseModel):
     resamples: int | None
 
 
+class StabilityBandOut(BaseModel):
+    """The pool's band over the model's paired fits, in percent (pipeline.rewards.stability)."""
+
+    low: float
+    high: float
+    fits: int
+
+
 class ValuationFields(BaseModel):
     """How a contribution's evaluation was valued (docs/rewards.md); null on re-scores."""
 
@@ -78,6 +86,10 @@ class RewardEntryOut(ValuationFields):
     # model without the batch came from the cache ("hit") or was trained ("miss").
     sampleRows: int | None = None  # noqa: N815
     withoutCache: str | None = None  # noqa: N815
+    # The model's paired fits and the pool's band over them, in percent (docs/rewards.md);
+    # the band is null with one fit.
+    pairedFits: int | None = None  # noqa: N815
+    stabilityBand: StabilityBandOut | None = None  # noqa: N815
     integrity: dict[str, Any] | None = None
     createdAt: str  # noqa: N815
 

@@ -174,6 +174,15 @@ def model_settings(db: Database, model_id: int) -> tuple[str, Recipe | None]:
         return model.task_type, model_recipe(model)
 
 
+def model_paired_fits(db: Database, model_id: int) -> int:
+    """The model's paired fits K (`pipeline.models.paired_fits`): what its valuations fit."""
+    with db.session() as session:
+        model = session.get(Model, model_id)
+        if model is None:
+            raise InvalidInput(f"model {model_id} not found")
+        return model.paired_fits
+
+
 def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame | None:
     """The non-empty frames one after the other; None when there is none."""
     frames = [f for f in frames if len(f)]

@@ -34,6 +34,10 @@ class EvaluationOutcome:
     sample_rows: int | None = None
     without_cache: str | None = None
     models_trained: int | None = None
+    # The pool's band over the model's paired fits, as text ("not measured (one fit)" with
+    # one), and the model's paired fits K (pipeline.rewards.stability).
+    stability_band: str | None = None
+    paired_fits: int | None = None
     # Why the payout of an accepted contribution is held for the operator (the reference check
     # of a valuation by the owner's code, pipeline.rewards.holds); None: not held.
     payout_hold: str | None = None

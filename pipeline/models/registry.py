@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -25,6 +25,7 @@ from pipeline.core.errors import Forbidden, InvalidInput, NotFound
 from pipeline.core.tables import INT32_MAX, Model, OrgMember
 from pipeline.models.dataspec import RowValidator, check_schema
 from pipeline.models.estimators import DEFAULT_TEXT_FEATURES, Preprocessing, Recipe
+from pipeline.models.paired_fits import DEFAULT_PAIRED_FITS, MAX_PAIRED_FITS
 from pipeline.models.recipe_checks import check_recipe
 from pipeline.sandbox.envs import Environment
 from pipeline.sandbox.folders import (
@@ -88,6 +89,9 @@ class ModelDefinition(BaseModel):
     # A batch is paid only when the lower bound of its improvement clears this, in percent
     # (docs/rewards.md, "Minimum meaningful improvement").
     min_improvement_pct: float = Field(default=DEFAULT_MIN_IMPROVEMENT_PCT, ge=0.0, le=100.0)
+    # K fits of each training frame, the pool their mean (pipeline.models.paired_fits). Strict:
+    # true, 2.5 or "4" is refused, not read as a number of fits.
+    paired_fits: StrictInt = Field(default=DEFAULT_PAIRED_FITS, ge=1, le=MAX_PAIRED_FITS)
 
     def recipe(self) -> Recipe:
         """The estimator, its parameters and the preprocessing, as the scorer uses them (a

@@ -44,6 +44,7 @@ from pipeline.evaluation.datasets import (
     accepted_items,
     concat_frames,
     latest_benchmark,
+    model_paired_fits,
     model_settings,
 )
 from pipeline.evaluation.fit_engine import FitEngine
@@ -171,6 +172,8 @@ def _valuation_inputs(
         target_column=bench.target_column,
         input_columns=bench.input_columns or None,
         metric_name=bench.metric_name,
+        # The owner's choice: the pool paid is the mean of K paired fits, with its band.
+        paired_fits=model_paired_fits(svc.db, batch.model_id),
     )
     claimed_jobs = {item.contribution_id for item in claimed}
     accepted = accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)
@@ -263,7 +266,18 @@ def _value_and_record(
             outcomes[item.version] = _fail(svc, item, exc)
         return
     try:
-        outcomes.update(record_valuation(svc, batch, inputs.bench, players, valuation, gate, check))
+        outcomes.update(
+            record_valuation(
+                svc,
+                batch,
+                inputs.bench,
+                players,
+                valuation,
+                gate,
+                check,
+                paired_fits=inputs.scorer.paired_fits,
+            )
+        )
         _keep_next_without(svc, frames, inputs, players, valuation)
     except (LeftEvaluating, ModelClaimLost) as exc:
         # The batch is valued again, whole, by a later run.

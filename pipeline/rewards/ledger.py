@@ -179,11 +179,15 @@ def valuation_fields(evaluation: Evaluation) -> dict[str, Any]:
 
 def share_computation(valuation: dict[str, Any] | None) -> dict[str, Any]:
     """How a job's share was computed, from its `quality.valuation`: accepted rows the shares'
-    game trained on and whether "without" came from the cache (None before these were kept)."""
+    game trained on, whether "without" came from the cache, the model's paired fits and the
+    pool's band over them (None before these were kept; the band None with one fit)."""
     valuation = valuation or {}
+    band = valuation.get("stability")
     return {
         "sampleRows": valuation.get("sample_rows"),
         "withoutCache": valuation.get("without_cache"),
+        "pairedFits": valuation.get("paired_fits"),
+        "stabilityBand": {k: band[k] for k in ("low", "high", "fits")} if band else None,
     }
 
 

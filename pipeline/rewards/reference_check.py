@@ -138,6 +138,9 @@ def _reference_pool(
         target_column=scorer.target_column,
         input_columns=scorer.input_columns or None,
         metric_name=scorer.metric.name,
+        # Measured as the owner's pool is (the mean of the same K paired fits): a pool of one
+        # fit would differ from it by the very noise the owner's K fits average away.
+        paired_fits=scorer.paired_fits,
     )
     kept = [p.frame for p in players if valuation.rejected.get(p.key) != SHARE_REJECTED]
     with_rows = pd.concat([f for f in (base, *kept) if len(f)], ignore_index=True)

@@ -413,6 +413,7 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
     if not valuation:
         return None
     interval = valuation.get("interval")
+    band = valuation.get("stability")
     reward = quality.get("reward") or {}
     return {
         "valuationId": valuation.get("valuation_id"),
@@ -433,6 +434,10 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "sampleRows": valuation.get("sample_rows"),
         "withoutCache": valuation.get("without_cache"),
         "modelsTrained": valuation.get("models_trained"),
+        # The pool's band over the model's paired fits; null with one fit or before bands were
+        # kept (`pipeline.rewards.stability`).
+        "stabilityBand": {k: band[k] for k in ("low", "high", "fits")} if band else None,
+        "pairedFits": valuation.get("paired_fits"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
         "integrity": submitter_integrity(quality.get("integrity")),

@@ -20,10 +20,12 @@ from pipeline.evaluation.batches import Batch, VersionItem
 from pipeline.evaluation.datasets import BenchmarkData
 from pipeline.evaluation.model_claims import fence
 from pipeline.evaluation.outcomes import EvaluationOutcome
+from pipeline.models.paired_fits import DEFAULT_PAIRED_FITS
 from pipeline.rewards.budget import BUDGET, Decision, TryGate, budget_reason
 from pipeline.rewards.holds import held_reason
 from pipeline.rewards.players import Player
 from pipeline.rewards.reference_check import ReferenceCheck
+from pipeline.rewards.stability import Stability
 from pipeline.rewards.valuation import NOISE, BatchValuation
 
 if TYPE_CHECKING:
@@ -45,11 +47,14 @@ def record_valuation(
     valuation: BatchValuation,
     gate: TryGate,
     check: ReferenceCheck | None = None,
+    *,
+    paired_fits: int = DEFAULT_PAIRED_FITS,
 ) -> dict[str, EvaluationOutcome]:
     """Write every player's Evaluation, job verdict and try in one transaction (all or nothing).
 
     `check`: the reference check of a valuation by the owner's code; when it holds, the accepted
-    jobs are written held (`pipeline.rewards.holds`)."""
+    jobs are written held (`pipeline.rewards.holds`). `paired_fits`: the model's K the
+    valuation was made with, kept beside the pool's band."""
     valuation_id = new_uuid()
     outcomes: dict[str, EvaluationOutcome] = {}
     with svc.db.session() as session:
@@ -59,9 +64,9 @@ def record_valuation(
             session.add(evaluation)
             session.flush()
             decision = gate.decisions.get(key)
-            detail = _valuation_detail(valuation, evaluation, player)
+            detail = _valuation_detail(valuation, evaluation, player, paired_fits)
             hold = _write_verdict(session, key, valuation, detail, decision, check)
-            outcome = _valued_outcome(evaluation, item, valuation, key, decision)
+            outcome = _valued_outcome(evaluation, item, valuation, key, decision, paired_fits)
             if hold is not None and check is not None:
                 outcome = dataclasses.replace(outcome, detail=held_reason(check), payout_hold=hold)
             outcomes[item.version] = outcome
@@ -104,7 +109,7 @@ def _evaluation_row(
 
 
 def _valuation_detail(
-    valuation: BatchValuation, evaluation: Evaluation, player: Player
+    valuation: BatchValuation, evaluation: Evaluation, player: Player, paired_fits: int
 ) -> dict[str, Any]:
     """The figures kept in the job's `quality` JSON under `valuation`."""
     interval = valuation.interval
@@ -127,6 +132,9 @@ def _valuation_detail(
         "sample_rows": valuation.sample_rows,
         "without_cache": valuation.without_cache,
         "models_trained": valuation.coalitions,
+        # The pool's band over the model's paired fits; None with one fit (nothing measured).
+        "stability": valuation.stability.as_dict() if valuation.stability else None,
+        "paired_fits": paired_fits,
     }
 
 
@@ -166,6 +174,7 @@ def _valued_outcome(
     valuation: BatchValuation,
     key: str,
     decision: Decision | None,
+    paired_fits: int,
 ) -> EvaluationOutcome:
     interval = valuation.interval
     return EvaluationOutcome(
@@ -187,7 +196,16 @@ def _valued_outcome(
         sample_rows=valuation.sample_rows,
         without_cache=valuation.without_cache,
         models_trained=valuation.coalitions,
+        stability_band=band_text(valuation.stability, paired_fits),
+        paired_fits=paired_fits,
     )
+
+
+def band_text(stability: Stability | None, paired_fits: int) -> str:
+    """The pool's band as operators read it: measured over K paired fits, or why not."""
+    if stability is not None:
+        return stability.describe()
+    return "not measured (one fit)" if paired_fits <= 1 else "not measured"
 
 
 def known_rows_note(quality: dict[str, Any] | None, valued_rows: int) -> str:
