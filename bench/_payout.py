@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench._faithfulness import scale_scenario
+from bench._faithfulness_scale import scale_scenario
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
