@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import create_engine, text
 
-from cli.operate import render_dagster_yaml
+from cli.dagster_instance import render_dagster_yaml
 from pipeline.core.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

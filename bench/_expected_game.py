@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from itertools import combinations
 from typing import Any
 
@@ -27,9 +26,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 from scipy.stats import spearmanr
 
-from bench._binned_surrogate import BinnedSurrogateGame, StandInGame
-from bench._knn_surrogate import KNN_GAMES
-from bench._tree_surrogate import TreeSurrogateGame
+from bench._stand_in import StandInGame
 from pipeline.evaluation.metrics import Predictions, improvement_denominator, metric_score
 from pipeline.evaluation.scorer import BenchmarkScorer, _class_scores
 from pipeline.models.estimators import as_recipe, build_estimator
@@ -169,33 +166,17 @@ def significant(
     return interval.low > 0
 
 
-def surrogate_games(
+def stand_in_game(
     scorer: BenchmarkScorer,
     base: pd.DataFrame,
     players: Sequence[Player],
     higher_is_better: bool,
-    names: Sequence[str],
-) -> dict[str, Any]:
-    """The games of `names` a forest's split is measured with: the linear stand-in, the binned
-    one (bench/_binned_surrogate.py), the tree surrogate of bench/_tree_surrogate.py in two
-    variants ("tree", "tree, parent") and the nearest-neighbour games of
-    bench/_knn_surrogate.py."""
+) -> StandInGame:
+    """The game a forest's split is measured with: the valuation's linear stand-in."""
     frames = [p.frame for p in players]
-    options: dict[str, Any] = {"higher_is_better": higher_is_better}
-    makers: dict[str, Callable[[], Any]] = {
-        "stand-in": lambda: StandInGame(scorer, base, frames, max_base_rows=50_000, **options),
-        "binned": lambda: BinnedSurrogateGame(
-            scorer, base, frames, max_base_rows=50_000, **options
-        ),
-        "tree": lambda: TreeSurrogateGame(
-            scorer, base, frames, bootstrap=True, parent=False, **options
-        ),
-        "tree, parent": lambda: TreeSurrogateGame(
-            scorer, base, frames, bootstrap=False, parent=True, **options
-        ),
-        **{name: partial(knn, scorer, base, frames, **options) for name, knn in KNN_GAMES.items()},
-    }
-    return {name: makers[name]() for name in names}
+    return StandInGame(
+        scorer, base, frames, max_base_rows=50_000, higher_is_better=higher_is_better
+    )
 
 
 def forest_scenario(
@@ -204,9 +185,8 @@ def forest_scenario(
     players: Sequence[Player],
     k: int,
     higher_is_better: bool,
-    surrogates: Sequence[str],
 ) -> dict[str, tuple[float, float]] | None:
-    """(largest paid-fraction error in % of the pool, Spearman of the shares) of each surrogate
+    """(largest paid-fraction error in % of the pool, Spearman of the shares) of the stand-in
     and of the floor against the expected game's exact Shapley; None when the reference does not
     pay the batch (its pool not above 0, or the model's improvement with the players it keeps
     within noise)."""
@@ -222,7 +202,6 @@ def forest_scenario(
         return error, float(spearmanr(a, b).statistic) if distinct else math.nan
 
     result = {"floor": against(ref["floor_fractions"], ref["floor_shares"])}
-    games = surrogate_games(scorer, base, players, higher_is_better, surrogates)
-    for name, game in games.items():
-        result[name] = against(*paid_fractions(game.value, len(players)))
+    game = stand_in_game(scorer, base, players, higher_is_better)
+    result["stand-in"] = against(*paid_fractions(game.value, len(players)))
     return result

@@ -16,12 +16,11 @@ seeded. Figures per scenario:
 
 Reference estimators come by family (`FAMILIES`): linear (logistic regression; linear
 regression for diabetes), for which the surrogate is the estimator's own objective;
-HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in (and, measured
-beside it, the boosting replays of bench/_boosting_replay.py); and random forest
+HistGradientBoosting (`boosting`, deterministic), for which it is a stand-in; and random forest
 (30 trees), whose one-seed game is mostly its seed's noise at these sizes: its reference is
 exact Shapley of the forest's expected game (averaged over `FOREST_SEEDS` seeds), its floor the
-same over other seeds, and the split of the stand-in and of a tree surrogate are both measured
-(`measure_forest`, bench/_expected_game.py, bench/_tree_surrogate.py).
+same over other seeds, and the stand-in's split is measured against it (`measure_forest`,
+bench/_expected_game.py).
 
 Only batches the reference pays (accepted, pool > 0) count: a share of a batch within noise is
 never paid.
@@ -37,7 +36,7 @@ beyond noise, so no batch would be paid and nothing compared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -46,33 +45,18 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from bench._binned_surrogate import BinnedSurrogateGame, StandInGame, playing
-from bench._boosting_replay import replay
 from bench._expected_game import forest_scenario
-from bench._knn_surrogate import KNN_GAMES
+from bench._stand_in import StandInGame, playing
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
 
 NOISE_LEVELS = (0.0, 0.0, 0.1, 0.3, 1.0)
-# The surrogates a tree estimator's split is measured with (`--surrogates`): the valuation's
-# linear stand-in and the binned one (bench/_binned_surrogate.py); "tree" and "tree, parent"
-# (bench/_tree_surrogate.py) for random forests only; "replay", "replay, parent" and "replay,
-# pooled" (bench/_boosting_replay.py) for HistGradientBoosting only; the nearest-neighbour games
-# (bench/_knn_surrogate.py). The replays and the nearest-neighbour games are measured when
-# `--surrogates` names them (measured negatives, dear to run).
-SURROGATES = ("stand-in", "binned", "tree", "tree, parent")
-REPLAYS = ("replay", "replay, parent", "replay, pooled")
-STAND_INS: dict[str, type[Any]] = {
-    "stand-in": StandInGame,
-    "binned": BinnedSurrogateGame,
-    "replay": replay("zero"),
-    "replay, parent": replay("parent"),
-    "replay, pooled": replay("pooled"),
-    # Not SurrogateGames, but played as one (`playing`): the same constructor, value, prepare.
-    **KNN_GAMES,
-}
+# A tree estimator's split is measured with the valuation's linear stand-in, named so that its
+# rows say which game split the pool. Other surrogates were measured and lost; the commit that
+# keeps them is named in docs/benchmarks.md.
+STAND_INS: dict[str, type[Any]] = {"stand-in": StandInGame}
 # The valuation's own surrogate, unnamed (linear estimators: it is the estimator's objective).
 DEPLOYED: dict[str, type[Any] | None] = {"": None}
 # Forests averaged per coalition in a random forest's expected game (bench/_expected_game.py).
@@ -220,12 +204,11 @@ def measure_forest(
     seeds: int,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
-    surrogates: Sequence[str] = SURROGATES,
     first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """`measure` for a random forest: the reference is exact Shapley of the forest's expected
     game over `FOREST_SEEDS` seeds, the floor the same over as many other seeds
-    (bench/_expected_game.py); one row per (data set, batch size, surrogate)."""
+    (bench/_expected_game.py); one row per (data set, batch size, game)."""
     table = []
     for data in datasets(estimators):
         if only and data.name not in only.split(","):
@@ -235,9 +218,7 @@ def measure_forest(
             for seed in range(first_seed, first_seed + seeds):
                 scorer, base, contributions = scenario(data, players, 1000 * players + seed)
                 hib = data.metric != "rmse"
-                measured = forest_scenario(
-                    scorer, base, contributions, FOREST_SEEDS, hib, surrogates
-                )
+                measured = forest_scenario(scorer, base, contributions, FOREST_SEEDS, hib)
                 for name, figures in (measured or {}).items():
                     found.setdefault(name, []).append(figures)
             floors = [e for e, _ in found.pop("floor", [])]
@@ -290,16 +271,12 @@ def compared(
     return found, floor
 
 
-def _games(estimator: str | Recipe, surrogates: Sequence[str]) -> Mapping[str, type[Any] | None]:
+def _games(estimator: str | Recipe) -> Mapping[str, type[Any] | None]:
     """The valuation's own surrogate for a linear estimator (its objective), else the
-    stand-ins of `surrogates` by name (the replays for HistGradientBoosting only)."""
-    name = as_recipe(estimator).estimator
-    if name in ("logistic_regression", "linear_regression"):
+    stand-in (`STAND_INS`)."""
+    if as_recipe(estimator).estimator in ("logistic_regression", "linear_regression"):
         return DEPLOYED
-    boosting = name.startswith("hist_gradient_boosting")
-    return {
-        s: STAND_INS[s] for s in surrogates if s in STAND_INS and (boosting or s not in REPLAYS)
-    }
+    return STAND_INS
 
 
 def _rows(
@@ -364,21 +341,20 @@ def measure(
     engine: Any,
     only: str = "",
     on_row: Callable[[dict[str, Any]], None] | None = None,
-    surrogates: Sequence[str] = SURROGATES,
     first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per (data set, batch size): scenarios paid, worst and median error, Spearman,
     and the floor (the reference against its perturbed self, `perturbed`). For estimators
-    the valuation gives a stand-in (not linear), one row per surrogate of `surrogates`
-    (`STAND_INS`); a random forest's rows come from `measure_forest` instead.
+    the valuation gives a stand-in (not linear), one row named for it (`STAND_INS`); a
+    random forest's rows come from `measure_forest` instead.
 
     `only`: comma-separated data set names (default: all); `on_row` sees each row when done;
     the scenarios' seeds are `first_seed` to `first_seed + seeds - 1`."""
     if as_recipe(estimators["classification"]).estimator.startswith("random_forest"):
-        return measure_forest(estimators, sizes, seeds, only, on_row, surrogates, first_seed)
+        return measure_forest(estimators, sizes, seeds, only, on_row, first_seed)
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     cheap = ValuationSettings(resamples=200, coalition_row_budget=0, engine=engine)
-    games = _games(estimators["classification"], surrogates)
+    games = _games(estimators["classification"])
     table = []
     for data in datasets(estimators):
         if only and data.name not in only.split(","):

@@ -4,13 +4,13 @@ Shapley with the real estimator. The small-data scenarios are in `bench/_faithfu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from bench._faithfulness import FAMILIES, NOISE_LEVELS, SURROGATES, _games, _rows, compared
+from bench._faithfulness import FAMILIES, NOISE_LEVELS, _games, _rows, compared
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import Recipe, as_recipe
@@ -49,19 +49,18 @@ def measure_scale(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     max_base_rows: int = ValuationSettings.surrogate_max_base_rows,
     family: str = "linear",
-    surrogates: Sequence[str] = SURROGATES,
     first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """`measure`'s rows for `scale_scenario`: the surrogate as deployed (its accepted sample
     included) against exact Shapley with the family's classifier (logistic regression by
-    default; for the others one row per stand-in of `surrogates`, against one seed's model:
+    default; for the others one row for the stand-in, against one seed's model:
     the floor, its rows in another order, says what that seed moves), with the floor."""
     exact = ValuationSettings(resamples=200, coalition_row_budget=10**12, engine=engine)
     deployed = ValuationSettings(
         resamples=200, coalition_row_budget=0, surrogate_max_base_rows=max_base_rows, engine=engine
     )
     estimator = FAMILIES[family]["classification"]
-    games = _games(estimator, surrogates)
+    games = _games(estimator)
     table = []
     for accepted in accepted_sizes:
         for players in sizes:

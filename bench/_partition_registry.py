@@ -18,7 +18,8 @@ from sqlalchemy import insert, update
 from assets.partitions import partition_key
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Model
-from pipeline.models.registry import demo_definition, format_version, register_model
+from pipeline.models.definitions import demo_definition
+from pipeline.models.registry import format_version, register_model
 from pipeline.store.objectstore import StoredObject, dataset_key
 from pipeline.store.queue import enqueue_local_arrival
 

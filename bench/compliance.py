@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.checks.batch import count_spec_violations
 from pipeline.intake.parquet_rows import arrow_schema_for
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 
 CONTRACTS = ["month-to-month", "one-year", "two-year"]
 METHODS = ["card", "bank-transfer", "electronic-check", "mailed-check"]

@@ -12,19 +12,19 @@ regression, random forest, HistGradientBoosting), in this process, on the same d
   contributions of 1,000 rows with the cache warm (`value_batch` with the stored "without").
 
 Each line gives CPU seconds (this process, all threads) and wall seconds, models trained, the
-cache hit or miss, the share method and the cost as a ratio to the plain fit. Then the
-faithfulness table (bench/_faithfulness.py): the surrogate's shares against exact Shapley with
-the estimator, on real data, batches of 2 to 6, with the floor (the estimator against its own
-perturbed self); `--families linear,boosting,forest` adds HistGradientBoosting and random forest
-references (the forest's is its game averaged over seeds, a few minutes more), each measured
-with the surrogates of `--surrogates` (the linear stand-in, the binned one, for forests two
-tree surrogates; named, for HistGradientBoosting three boosting replays and two
-nearest-neighbour games); `--first-seed` picks the scenarios' seeds (both tables); then the same
-at scale (`--scale-accepted`, `measure_scale`: 10,000 and 100,000 accepted demo churn rows,
-contributions of 1,000 rows, the surrogate as deployed with its accepted sample;
-`--scale-families` adds HistGradientBoosting and a one-seed forest). Per family (and surrogate;
+cache hit or miss, the share method and the cost as a ratio to the plain fit.
+
+Then the faithfulness table (bench/_faithfulness.py): the surrogate's shares against exact
+Shapley with the estimator, on real data, batches of 2 to 6. Each cell has a floor: the
+estimator against its own perturbed self. `--families linear,boosting,forest` adds
+HistGradientBoosting and random forest references, measured with the valuation's linear
+stand-in; the forest's reference is its game averaged over seeds (a few minutes more).
+`--first-seed` picks the scenarios' seeds (both tables). Then the same at scale
+(`--scale-accepted`, `measure_scale`): 10,000 and 100,000 accepted demo churn rows,
+contributions of 1,000 rows, the surrogate as deployed with its accepted sample.
+`--scale-families` adds HistGradientBoosting and a one-seed forest. Per family (and stand-in;
 `scale` for logistic regression at scale) it prints the largest share error in % of the pool,
-the lowest Spearman, whether the goal (≤ 5 %, ≥ 0.9) is met and how many paid batches are
+the lowest Spearman, whether the goal (≤ 5 %, ≥ 0.9) is met, and how many paid batches are
 beyond 5 % and the floor.
 
 Every fit and the valuation's own work run on one native thread per fit (BLAS and OpenMP), two
@@ -62,14 +62,11 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from bench import _payout
-from bench._faithfulness import FAMILIES, SURROGATES, measure
-from bench._faithfulness_scale import measure_scale
-from bench._sensitivity import measure_sensitivity
+from bench._faithfulness_tables import faithfulness, sensitivity
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
@@ -244,104 +241,6 @@ def skipped(
     )
 
 
-def faithfulness(args: argparse.Namespace, engine: FitEngine) -> None:
-    print(
-        "faithfulness: data | estimator | players | paid/scenarios | max error % of pool "
-        "| median error | min Spearman | median Spearman | within 5 % | floor max error"
-    )
-
-    def show(row: dict[str, Any]) -> None:
-        print(
-            f"faithfulness: {row['data']} | {row['estimator']} | {row['players']} | "
-            f"{row['paid']}/{row['scenarios']} | {row['max_error']:.1f} | "
-            f"{row['median_error']:.1f} | {row['min_spearman']:.2f} | "
-            f"{row['median_spearman']:.2f} | {row['within_5pct']}/{row['paid']} | "
-            f"{row['floor_max_error']:.1f}"
-        )
-
-    for family in args.families:
-        table = measure(
-            FAMILIES[family],
-            [2, 4, 6],
-            args.seeds,
-            engine,
-            args.datasets,
-            show,
-            args.surrogates,
-            args.first_seed,
-        )
-        # A random forest's rows are one per surrogate ("random_forest_classifier, tree"): each
-        # gets its own summary.
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for row in table:
-            _, _, surrogate = row["estimator"].partition(", ")
-            groups.setdefault(f"{family}_{surrogate}" if surrogate else family, []).append(row)
-        for name, rows in groups.items():
-            if name.endswith("_-"):
-                continue  # a forest's cells that paid no batch
-            summarise(name.replace(" ", "").replace(",", "_"), rows)
-
-    if args.scale_accepted:
-        accepted = [int(s) for s in args.scale_accepted.split(",")]
-        for family in args.scale_families:
-            table = measure_scale(
-                accepted,
-                [2, 4, 6],
-                args.scale_seeds,
-                engine,
-                show,
-                family=family,
-                surrogates=args.surrogates,
-                first_seed=args.first_seed,
-            )
-            if family == "linear":
-                summarise("scale", table)  # the name it always had
-                continue
-            for surrogate in dict.fromkeys(r["estimator"].partition(", ")[2] for r in table):
-                rows = [r for r in table if r["estimator"].endswith(f", {surrogate}")]
-                summarise(f"scale_{family}_{surrogate}", rows)
-
-
-def sensitivity(args: argparse.Namespace, engine: FitEngine) -> None:
-    print("sensitivity: data | estimator | players | seed | pool % | move % of pool | Spearman")
-
-    def show(row: dict[str, Any]) -> None:
-        print(
-            f"sensitivity: {row['data']} | {row['estimator']} | {row['players']} | "
-            f"{row['seed']} | {row['pool_pct']:.2f} | {row['move']:.1f} | {row['spearman']:.2f}"
-        )
-
-    accepted = [int(s) for s in args.sensitivity_accepted.split(",")]
-    players = [int(s) for s in args.sensitivity_players.split(",")]
-    found = measure_sensitivity(
-        args.sensitivity_families, accepted, players, args.seeds, engine, show, args.first_seed
-    )
-    for family, rows in found.items():
-        for size in dict.fromkeys(r["accepted"] for r in rows):
-            cell = [r for r in rows if r["accepted"] == size]
-            moves = [r["move"] for r in cell]
-            rhos = [r["spearman"] for r in cell if not math.isnan(r["spearman"])]
-            name = f"sensitivity_{family}_{size or 'small'}"
-            print(f"{name}_max_move_pct_of_pool: {max(moves):.1f}")
-            print(f"{name}_median_move_pct_of_pool: {float(np.median(moves)):.1f}")
-            print(f"{name}_min_spearman: {min(rhos, default=math.nan):.2f}")
-            beyond = sum(m > 5.0 for m in moves)
-            print(f"{name}_paid_batches_moved_beyond_5pct: {beyond}/{len(moves)}")
-
-
-def summarise(name: str, table: list[dict[str, Any]]) -> None:
-    errors = [r["max_error"] for r in table if not math.isnan(r["max_error"])]
-    spearman = [r["min_spearman"] for r in table if not math.isnan(r["min_spearman"])]
-    worst, lowest = max(errors, default=math.nan), min(spearman, default=math.nan)
-    met = "yes" if worst <= 5.0 and lowest >= 0.9 else "no"
-    beyond = sum(r["beyond_floor"] for r in table)
-    paid = sum(r["paid"] for r in table)
-    print(f"faithfulness_{name}_max_error_pct_of_pool: {worst:.1f}")
-    print(f"faithfulness_{name}_min_spearman: {lowest:.2f}")
-    print(f"faithfulness_{name}_goal_met (max error <= 5 %, Spearman >= 0.9): {met}")
-    print(f"faithfulness_{name}_paid_batches_beyond_5pct_and_floor: {beyond}/{paid}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="10000,100000,1000000", help="accepted rows")
@@ -392,13 +291,6 @@ def main() -> None:
         default="linear",
         help="faithfulness reference estimators: linear,boosting,forest",
     )
-    parser.add_argument(
-        "--surrogates",
-        default=",".join(SURROGATES).replace(", ", "-"),
-        help="surrogates measured for boosting and forest references: stand-in, binned, "
-        "tree, tree-parent (forest only), replay, replay-parent, replay-pooled (boosting only), "
-        "knn, knn-proximity",
-    )
     parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators to time")
     _payout.add_arguments(parser)
     args = parser.parse_args()
@@ -408,10 +300,6 @@ def main() -> None:
     args.families = [f for f in args.families.split(",") if f]
     args.sensitivity_families = [f for f in args.sensitivity_families.split(",") if f]
     args.scale_families = args.scale_families.split(",")
-    args.surrogates = [
-        name.replace("-parent", ", parent").replace("-pooled", ", pooled")
-        for name in args.surrogates.split(",")
-    ]
     started = time.perf_counter()
     # One native thread per fit: the engine runs fits side by side, and OpenMP threads that
     # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).

@@ -55,7 +55,8 @@ from pipeline.core.migrate import upgrade
 from pipeline.core.tables import REWARDED
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.demo.demo_data import DemoModel, make_demo_data
-from pipeline.models.registry import demo_definition, register_model
+from pipeline.models.definitions import demo_definition
+from pipeline.models.registry import register_model
 from pipeline.rewards.budget import Supplier, standing_of, try_level
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore

@@ -74,7 +74,7 @@ from bench._dagster_processes import (
 )
 from bench._partition_registry import TICK_MODELS, Registry
 from bench._server import free_port
-from cli.operate import dagster_storage_url
+from cli.dagster_instance import dagster_storage_url
 from definitions import defs
 from pipeline.core.config import Settings
 from pipeline.core.db import Database

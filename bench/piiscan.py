@@ -8,7 +8,7 @@ and a `contact` column (agents and channels; 0.1 % of rows name one of 500 order
 look like phone numbers; 0.1 % of rows hold an e-mail address, phone number, card number or
 IBAN, spread through the file and both columns), reads it with pyarrow as the pipeline does, then
 times, alternately, on the same two columns in memory:
-  scan:     the project's scan (`pipeline.checks.pii_scan.scan_table`): every value through the
+  scan:     the project's scan (`pipeline.checks.pii_tables.scan_table`): every value through the
             Arrow pre-filter, the distinct candidates confirmed by Presidio;
   baseline: one `pyarrow.compute.match_substring_regex` pass per entity pattern the scanner
             knows (`pipeline.checks.pii_prefilter.PATTERNS`) over each column.
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.checks import pii
 from pipeline.checks.pii_prefilter import PATTERNS
-from pipeline.checks.pii_scan import PiiScanner, scan_frame, scan_table
+from pipeline.checks.pii_scan import PiiScanner
+from pipeline.checks.pii_tables import scan_frame, scan_table
 from pipeline.core.config import Settings
 from pipeline.intake.profiles import profile_path
 from pipeline.store.reading import read_dataset

@@ -200,7 +200,7 @@ def _register(folder: Path) -> tuple[float, dict[str, Any]]:
 
 
 def _env_folder(root: Path, name: str, requirements: str, train_py: str = TRAIN_PY) -> Path:
-    from pipeline.models.registry import demo_definition
+    from pipeline.models.definitions import demo_definition
 
     definition = demo_definition().model_dump()
     definition.update(name=name, estimator=None, trainer="train:fit")

@@ -15,19 +15,14 @@ from sqlalchemy import select
 from pipeline.auth.orgs import find_org
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.tables import Model
+from pipeline.models.definitions import ModelFolder, load_model_path
 from pipeline.models.environments import (
     install_for_folder,
     prune_environments,
     remove_if_unused,
     store_archive,
 )
-from pipeline.models.registry import (
-    ModelFolder,
-    ModelOwner,
-    load_model_path,
-    model_owner,
-    register_model_folder,
-)
+from pipeline.models.registry import ModelOwner, model_owner, register_model_folder
 from pipeline.sandbox.envs import MB, Environment
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from cli.operate import dagster_home, dagster_storage_url
+from cli.dagster_instance import dagster_home, dagster_storage_url
 from pipeline.core.config import ConfigError, Settings, get_settings
 from pipeline.core.tables import isoformat_utc, utcnow
 from pipeline.triggers.retirement import settled_cutoff

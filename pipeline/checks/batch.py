@@ -27,7 +27,7 @@ from sqlalchemy import update
 from pipeline.checks.benchmark_fingerprints import ensure_benchmark_fingerprints, model_benchmarks
 from pipeline.checks.compliance import count_violations, json_value
 from pipeline.checks.integrity import ModelIntegrity
-from pipeline.checks.pii_scan import scan_frame
+from pipeline.checks.pii_tables import scan_frame
 from pipeline.checks.quality import QualityReport, check_quality
 from pipeline.core.db import Database
 from pipeline.core.tables import (

@@ -39,8 +39,8 @@ from pipeline.checks.fingerprints import fingerprint_columns
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
 from pipeline.evaluation.batches import VersionItem, version_item
 from pipeline.evaluation.datasets import SPLIT_COLUMN
+from pipeline.models.definitions import model_recipe
 from pipeline.models.estimators import Recipe, check_estimator
-from pipeline.models.registry import model_recipe
 from pipeline.store.dataset_batches import RetypeColumns, file_batches
 from pipeline.store.reading import read_dataset
 

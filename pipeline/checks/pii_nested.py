@@ -1,7 +1,7 @@
 """The text held in nested and binary columns, for the PII scan.
 
 The pipeline's scan of a pandas frame reads lists, dicts and bytes as their text
-(`pii_scan.scan_frame`); Parquet keeps them as lists, large lists, structs, maps and binary
+(`pii_tables.scan_frame`); Parquet keeps them as lists, large lists, structs, maps and binary
 columns, and an e-mail in any of them is the same e-mail. Their text leaves (strings, and
 binary values decoded as UTF-8 with invalid bytes replaced) are taken out batch by batch with
 Arrow's own flattening, so they meet the pre-filter as one text array per batch, within the

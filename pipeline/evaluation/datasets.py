@@ -31,8 +31,8 @@ from pipeline.core.tables import BenchmarkSpec, Contribution, DatasetVersion, Mo
 from pipeline.evaluation.batches import VersionItem, load_frame, version_item
 from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.evaluation.trainers import StepTrainers
+from pipeline.models.definitions import model_recipe
 from pipeline.models.estimators import Recipe
-from pipeline.models.registry import model_recipe
 
 if TYPE_CHECKING:
     from pipeline.sandbox.runner import TrainerRunner

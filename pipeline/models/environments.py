@@ -39,7 +39,7 @@ from pipeline.sandbox.envs import (
 if TYPE_CHECKING:
     from pipeline.core.config import Settings
     from pipeline.core.db import Database
-    from pipeline.models.registry import ModelFolder
+    from pipeline.models.definitions import ModelFolder
     from pipeline.store.objectstore import ObjectStore
 
 # Beyond the install time limit: how long a just-touched environment is kept from pruning.

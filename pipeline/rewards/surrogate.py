@@ -16,8 +16,9 @@ linear model whose coalition fits cost d × d solves (d: feature columns):
   the estimator's game (up to the solvers' tolerances, and imputation medians taken over all
   rows). Otherwise (forests, boosting, neighbours, the owner's code) it is a stand-in: L2
   logistic or ridge regression at `STAND_IN_PENALTY` (other features for trees, binned numeric
-  columns, were measured and not closer: docs/valuation-scale.md §5; the bench plays them
-  through the methods `_objective`, `_preprocessing` and `_scaled`).
+  columns, were measured and not closer: docs/valuation-scale.md §5). The bench plays the
+  stand-in through `_objective`; `_preprocessing` and `_scaled` are where the binned features
+  were tried (their code is in git, docs/benchmarks.md).
 - Accepted rows beyond `max_base_rows` are replaced by a sample, stratified by class, whose
   rows carry the weight of the rows they stand for, so the accepted data keeps its mass against
   the batch; which rows are kept depends on their content, not their positions

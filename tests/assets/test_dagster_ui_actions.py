@@ -32,7 +32,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Contribution, DatasetVersion, Evaluation, RewardEntry
 from pipeline.demo.churn_data import churn_rows
-from pipeline.models.registry import demo_definition, register_model
+from pipeline.models.definitions import demo_definition
+from pipeline.models.registry import register_model
 from pipeline.store.objectstore import LocalObjectStore
 from tests.assets.test_dagster_ui import GraphQL, entries
 from tests.cli.test_dev_command import free_port

@@ -31,13 +31,8 @@ from pipeline.core.tables import (
     Model,
 )
 from pipeline.intake.receiving import upload_tmp_root
-from pipeline.models.registry import (
-    ModelDefinition,
-    ModelOwner,
-    demo_definition,
-    register_model,
-    seed_demo_model,
-)
+from pipeline.models.definitions import ModelDefinition, demo_definition
+from pipeline.models.registry import ModelOwner, register_model, seed_demo_model
 
 UPLOAD = "/api/v1/benchmarks/upload/{}"
 SCHEDULE = "/api/v1/models/{}/evaluation-schedule"

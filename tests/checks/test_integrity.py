@@ -42,7 +42,7 @@ from pipeline.core.tables import EVALUATING, REJECTED, REWARDED, RewardEntry
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.demo.demo_data import DemoModel, make_demo_data
 from pipeline.evaluation.datasets import accepted_items
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 from pipeline.services import Services
 from pipeline.store import dataset_batches
 from pipeline.store.objectstore import LocalObjectStore

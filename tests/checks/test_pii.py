@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.checks import pii, pii_numbers, pii_scan
+from pipeline.checks import pii, pii_numbers, pii_scan, pii_tables
 from pipeline.core.config import Settings
 
 PII_COLUMNS: dict[str, tuple[str, list[str]]] = {
@@ -72,7 +72,7 @@ def clean_frame(rows: int = 300) -> pd.DataFrame:
 def test_each_entity_is_found_in_its_own_column(settings: Settings) -> None:
     df = pd.DataFrame({name: values for name, (_, values) in PII_COLUMNS.items()})
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     expected = {name: {entity: len(values)} for name, (entity, values) in PII_COLUMNS.items()}
     assert report.findings == expected
@@ -91,17 +91,17 @@ def test_pii_inside_free_text_is_found(settings: Settings) -> None:
         }
     )
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.findings == {"comment": {"CREDIT_CARD": 1, "EMAIL_ADDRESS": 1, "PHONE_NUMBER": 1}}
 
 
 def test_email_domain_is_not_also_counted_as_url(settings: Settings) -> None:
-    assert pii_scan.scan_values(["john.doe@example.com"], settings) == {"EMAIL_ADDRESS": 1}
+    assert pii_tables.scan_values(["john.doe@example.com"], settings) == {"EMAIL_ADDRESS": 1}
 
 
 def test_ordinary_categories_ids_numbers_and_dates_find_nothing(settings: Settings) -> None:
-    report = pii_scan.scan_frame(clean_frame(), settings)
+    report = pii_tables.scan_frame(clean_frame(), settings)
 
     assert report.findings == {}
     assert not report.found
@@ -112,7 +112,7 @@ def test_decimal_amounts_are_not_phone_numbers(settings: Settings) -> None:
     # python-phonenumbers accepts "1681.45" as a German number; the scanner must not.
     amounts = [f"{1000 + i * 0.37:.2f}" for i in range(1000)] + ["1681.45", "3326.95"]
 
-    assert pii_scan.scan_values(amounts, settings) == {}
+    assert pii_tables.scan_values(amounts, settings) == {}
 
 
 # UUIDs whose digit groups Presidio took for phone numbers ("06206166", "4940-8881",
@@ -153,7 +153,7 @@ def test_pii_beside_a_uuid_is_still_found(settings: Settings) -> None:
         f"ref {FALSE_POSITIVE_UUIDS[2]}, ssn 536-22-1234",
     ]
 
-    assert pii_scan.scan_values(values, settings) == {
+    assert pii_tables.scan_values(values, settings) == {
         "CREDIT_CARD": 1,
         "PHONE_NUMBER": 1,
         "US_SSN": 1,
@@ -171,9 +171,9 @@ def test_pii_right_against_a_uuid_is_found(settings: Settings) -> None:
     ]
     phones = [f"+14155552671{uuid_}", f"4155552671{uuid_}"]
 
-    assert pii_scan.scan_values(cards, settings) == {"CREDIT_CARD": 3}
-    assert pii_scan.scan_values(phones, settings) == {"PHONE_NUMBER": 2}
-    assert pii_scan.scan_values([uuid_, uuid_.upper()], settings) == {}
+    assert pii_tables.scan_values(cards, settings) == {"CREDIT_CARD": 3}
+    assert pii_tables.scan_values(phones, settings) == {"PHONE_NUMBER": 2}
+    assert pii_tables.scan_values([uuid_, uuid_.upper()], settings) == {}
     assert pii.without_uuids(f"a {uuid_}-1") == "a " + " " * 36 + "-1"
 
 
@@ -186,8 +186,8 @@ def test_card_numbers_in_full_width_and_other_digits_are_found(settings: Setting
     ]
     not_cards = ["４１１１１１１１１１１１１１１２", "注文番号 ２０２４０１０１"]  # no Luhn; a date
 
-    assert pii_scan.scan_values(cards, settings) == {"CREDIT_CARD": 4}
-    assert pii_scan.scan_values(not_cards, settings) == {}
+    assert pii_tables.scan_values(cards, settings) == {"CREDIT_CARD": 4}
+    assert pii_tables.scan_values(not_cards, settings) == {}
     assert pii.card_text("tel ４１５５５５０１２３") == "tel 4155550123"
 
 
@@ -206,7 +206,7 @@ def test_number_columns_are_scanned_only_when_named_for_contact_numbers(
         }
     )
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.scanned_columns == ("email", "customerPhone", "card_number")
     assert report.findings == {
@@ -233,7 +233,7 @@ def test_whole_decimals_of_a_contact_column_are_scanned_as_their_digits(
         }
     )
 
-    report = pii_scan.scan_table(table, settings)
+    report = pii_tables.scan_table(table, settings)
 
     assert report.scanned_columns == ("phone",)
     assert report.findings == {"phone": {"PHONE_NUMBER": 1}}
@@ -269,11 +269,11 @@ def test_which_number_columns_hold_contact_numbers(name: str, scanned: bool) -> 
 def test_columns_argument_limits_the_scan(settings: Settings) -> None:
     df = pd.DataFrame({"email": ["a@example.com"], "other": ["b@example.com"]})
 
-    report = pii_scan.scan_frame(df, settings, columns=["other"])
+    report = pii_tables.scan_frame(df, settings, columns=["other"])
 
     assert report.findings == {"other": {"EMAIL_ADDRESS": 1}}
     with pytest.raises(ValueError, match="missing"):
-        pii_scan.scan_frame(df, settings, columns=["missing"])
+        pii_tables.scan_frame(df, settings, columns=["missing"])
 
 
 def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> None:
@@ -284,7 +284,7 @@ def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> N
         }
     )
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.findings == {
         "category": {"EMAIL_ADDRESS": 1},
@@ -295,7 +295,7 @@ def test_categorical_and_nested_json_values_are_scanned(settings: Settings) -> N
 def test_summary_names_columns_and_types_but_never_values(settings: Settings) -> None:
     df = pd.DataFrame({"contact": ["alice@example.com", "4111 1111 1111 1111"]})
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     text = report.summary() + repr(report.to_dict())
     assert "contact" in text
@@ -315,12 +315,12 @@ def test_disabled_detection_skips_without_loading_presidio(
     settings = Settings(marketplace_data_dir=tmp_path, enable_pii_detection=False)
     df = pd.DataFrame({"email": ["alice@example.com"]})
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.skipped
     assert not report.found
     assert report.scanned_values == 0
-    assert pii_scan.scan_values(["alice@example.com"], settings) == {}
+    assert pii_tables.scan_values(["alice@example.com"], settings) == {}
 
 
 def test_confirmed_candidates_are_bounded_and_shared_fairly_between_columns(
@@ -337,7 +337,7 @@ def test_confirmed_candidates_are_bounded_and_shared_fairly_between_columns(
         }
     )
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     # Every value met the pre-filter; 40 + 2000 + 2000 distinct candidates, of which 500 are
     # confirmed: the 40 of "some", the 460 left split between the two big columns.
@@ -361,7 +361,7 @@ def test_a_text_full_of_digit_runs_counts_each_run_against_the_bound(tmp_path: P
     assert all(pii.confirm_cost(cell, ["PHONE_NUMBER"]) == 100 for cell in cells)
     assert pii.confirm_cost(cells[0], ["EMAIL_ADDRESS"]) == 1
 
-    report = pii_scan.scan_frame(
+    report = pii_tables.scan_frame(
         pd.DataFrame({"log": cells, "mail": ["a@example.com"] * 6}), settings
     )
 
@@ -376,12 +376,12 @@ def test_sample_is_deterministic_and_bounded_for_scan_values(tmp_path: Path) -> 
     emails = [f"user{i}@example.com" for i in range(1000)]
     df = pd.DataFrame({"email": emails, "constant": ["same"] * 1000})
 
-    first = pii_scan.scan_frame(df, settings)
-    second = pii_scan.scan_frame(df, settings)
+    first = pii_tables.scan_frame(df, settings)
+    second = pii_tables.scan_frame(df, settings)
 
     assert first.findings == second.findings == {"email": {"EMAIL_ADDRESS": 100}}
     assert first.scanned_values == 2000 and first.confirmed_values == 100
-    assert pii_scan.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
+    assert pii_tables.scan_values(iter(emails), settings) == {"EMAIL_ADDRESS": 100}
 
 
 def test_beyond_the_bound_the_sample_is_uniform_over_the_file_not_its_head(tmp_path: Path) -> None:
@@ -390,8 +390,8 @@ def test_beyond_the_bound_the_sample_is_uniform_over_the_file_not_its_head(tmp_p
     values = [f"x{i}@y.zzz" for i in range(9_000)] + [f"user{i}@example.com" for i in range(1_000)]
     shuffled = values[500:] + values[:500]
 
-    report = pii_scan.scan_frame(pd.DataFrame({"contact": values}), settings)
-    again = pii_scan.scan_frame(pd.DataFrame({"contact": shuffled}), settings)
+    report = pii_tables.scan_frame(pd.DataFrame({"contact": values}), settings)
+    again = pii_tables.scan_frame(pd.DataFrame({"contact": shuffled}), settings)
 
     assert report.sampled and report.confirmed_values == 500
     found = report.findings["contact"]["EMAIL_ADDRESS"]
@@ -402,7 +402,7 @@ def test_beyond_the_bound_the_sample_is_uniform_over_the_file_not_its_head(tmp_p
 def test_duplicates_are_confirmed_once(settings: Settings) -> None:
     df = pd.DataFrame({"email": ["alice@example.com"] * 500 + [None] * 5 + [""] * 5})
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.scanned_values == 505
     assert report.confirmed_values == 1
@@ -505,7 +505,7 @@ def test_scanning_emails_and_urls_never_touches_the_network(
         }
     )
 
-    report = pii_scan.scan_frame(df, settings)
+    report = pii_tables.scan_frame(df, settings)
 
     assert report.findings == {"email": {"EMAIL_ADDRESS": 2}, "site": {"URL": 2}}
     assert network_attempts == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipeline.checks import pii_nested, pii_numbers, pii_scan
+from pipeline.checks import pii_nested, pii_numbers, pii_tables
 from pipeline.core.config import Settings
 
 
@@ -68,6 +68,6 @@ def test_nested_text_reads_every_text_leaf_of_a_slice_and_contact_numbers_only(
     assert not pii_nested.holds_nested_text(pa.struct([("visits", pa.int64())]), "stats")
     assert not pii_nested.holds_nested_text(pa.string())
 
-    report = pii_scan.scan_table(pa.table({"contacts": listed.slice(1)}), settings)
+    report = pii_tables.scan_table(pa.table({"contacts": listed.slice(1)}), settings)
 
     assert report.findings == {"contacts": {"EMAIL_ADDRESS": 2, "PHONE_NUMBER": 1}}

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, func, select, text
 
 from pipeline.core.store_lock import LOCK_KEY, store_preparation_lock
 from pipeline.core.tables import Model
-from pipeline.models.registry import DEMO_MODELS, demo_definition
+from pipeline.models.definitions import DEMO_MODELS, demo_definition
 from tests.conftest import scratch_postgres
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -109,7 +109,7 @@ def test_production_settings_keep_the_spec_debounce() -> None:
 def test_dev_instance_prints_runs_at_info_and_keeps_an_explicit_level(tmp_path: Path) -> None:
     import yaml
 
-    from cli.operate import render_dagster_yaml
+    from cli.dagster_instance import render_dagster_yaml
     from pipeline.core.config import Settings
 
     settings = Settings(marketplace_data_dir=tmp_path)

@@ -21,7 +21,8 @@ from api.app import create_app
 from assets.resources import MarketplaceResource
 from pipeline.bootstrap import prepare_store
 from pipeline.core.config import load_settings
-from pipeline.models.registry import demo_definition, list_models, register_model
+from pipeline.models.definitions import demo_definition
+from pipeline.models.registry import list_models, register_model
 from pipeline.services import Services
 from sensors.resources import SensorStore
 

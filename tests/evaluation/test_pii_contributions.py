@@ -23,7 +23,8 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import REJECTED, VALIDATING, Contribution, Model
 from pipeline.evaluation.claims import claim_batch
-from pipeline.models.registry import ModelDefinition, register_model
+from pipeline.models.definitions import ModelDefinition
+from pipeline.models.registry import register_model
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import add_external, add_tickets_model, contribute, ticket_rows

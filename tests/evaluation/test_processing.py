@@ -32,7 +32,7 @@ from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.datasets import benchmark_eval_rows
 from pipeline.evaluation.rescore import rescore_model
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 from pipeline.rewards.formula import to_checksum_address
 from pipeline.rewards.payouts import pay_evaluation
 from pipeline.services import Services

@@ -13,7 +13,7 @@ from pipeline.core.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.intake.catalog import model_spec_columns, spec_columns, version_facts
 from pipeline.intake.contributions import ROWS_FILENAME
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 from pipeline.store.objectstore import LocalObjectStore, dataset_key
 from tests.support.pipeline import TICKETS, add_benchmark, contribute
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from pipeline.core.db import Database
 from pipeline.core.tables import ArrivalEvent, Contribution, DatasetVersion, utcnow
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 
 URL = "/api/models/1/contributions"
 

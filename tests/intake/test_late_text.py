@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from pipeline.checks.pii_scan import PiiReport, scan_table
+from pipeline.checks.pii_scan import PiiReport
+from pipeline.checks.pii_tables import scan_table
 from pipeline.core.config import Settings
 from pipeline.intake.profiles import profile_csv, read_csv_head
 from pipeline.intake.receiving import DatasetIntake, upload_tmp_root

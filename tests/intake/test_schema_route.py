@@ -15,7 +15,8 @@ from pipeline.checks.batch import count_spec_violations
 from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import DatasetVersion
-from pipeline.models.registry import load_definition, register_model
+from pipeline.models.definitions import load_definition
+from pipeline.models.registry import register_model
 from pipeline.store.json_columns import decode_json_cell
 from pipeline.store.reading import read_dataset
 from tests.intake.test_contributions import counts

@@ -10,7 +10,8 @@ import pytest
 from pipeline.core.db import Database
 from pipeline.core.errors import RowValidationFailed
 from pipeline.intake.parquet_rows import MAX_UNDECLARED_CELLS, RowTableBuilder, rows_to_table
-from pipeline.models.registry import ModelDefinition, register_model
+from pipeline.models.definitions import ModelDefinition
+from pipeline.models.registry import register_model
 from tests.intake.test_contributions import counts, stored_files
 
 OPEN = ModelDefinition(

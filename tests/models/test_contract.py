@@ -11,7 +11,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from pipeline.core.errors import InvalidInput
-from pipeline.models.registry import demo_definition, parse_definition
+from pipeline.models.definitions import demo_definition, parse_definition
 
 
 def test_demo_model_is_realistic_and_its_example_validates() -> None:
@@ -171,7 +171,8 @@ def _hostile_definition() -> dict[str, object]:
 
 
 def test_example_csv_escapes_cells_a_spreadsheet_would_run(client, db) -> None:
-    from pipeline.models.registry import parse_definition, register_model
+    from pipeline.models.definitions import parse_definition
+    from pipeline.models.registry import register_model
 
     with db.session() as session:
         model_id = register_model(session, parse_definition(_hostile_definition())).id

@@ -27,13 +27,8 @@ from pipeline.demo.demo_data import (
 )
 from pipeline.evaluation.comparison import evaluate_contribution
 from pipeline.models.dataspec import RowValidator
-from pipeline.models.registry import (
-    DEMO_LOAN_FOLDER,
-    ModelOwner,
-    demo_definition,
-    demo_model,
-    register_model_folder,
-)
+from pipeline.models.definitions import DEMO_LOAN_FOLDER, demo_definition, demo_model
+from pipeline.models.registry import ModelOwner, register_model_folder
 from pipeline.rewards.manifests import parse_manifest
 from pipeline.sandbox.runs import bwrap_path
 from pipeline.services import Services

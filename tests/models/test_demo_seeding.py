@@ -12,6 +12,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.core.tables import Model
 from pipeline.models import registry
+from pipeline.models.definitions import DEMO_MODELS, demo_model
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.threads import run_together
 
@@ -24,7 +25,7 @@ def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
         session.execute(delete(Model))
     both_found_it_empty = threading.Barrier(2, timeout=30)
     waited: set[int] = set()
-    original = registry.demo_model
+    original = demo_model
 
     def demo_model_after_both_counted(name: str) -> Any:
         if threading.get_ident() not in waited:
@@ -32,6 +33,7 @@ def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
             both_found_it_empty.wait()
         return original(name)
 
+    # Where the registry's seeding looks it up.
     monkeypatch.setattr(registry, "demo_model", demo_model_after_both_counted)
     store = LocalObjectStore(settings.objects_dir)
     results, errors = run_together(
@@ -44,4 +46,4 @@ def test_a_second_seeding_of_the_same_empty_store_finds_the_first_ones_models(
     demo = ["customer-churn", "loan-default"]
     assert demo in results and all(names in ([], demo) for names in results)
     with db.session() as session:
-        assert session.scalar(select(func.count()).select_from(Model)) == len(registry.DEMO_MODELS)
+        assert session.scalar(select(func.count()).select_from(Model)) == len(DEMO_MODELS)

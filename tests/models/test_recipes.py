@@ -21,11 +21,8 @@ from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import Model
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.models.definitions import model_recipe, parse_definition
 from pipeline.models.estimators import Preprocessing, Recipe, build_estimator
-from pipeline.models.registry import (
-    model_recipe,
-    parse_definition,
-)
 
 HGB = "hist_gradient_boosting_classifier"
 

@@ -20,7 +20,7 @@ from pipeline.intake.contributions import ModelSnapshot, check_rows
 from pipeline.intake.jsonrows import ROW_CHUNK, ListRows, RawRows, split_body
 from pipeline.intake.parquet_rows import MAX_UNDECLARED_MEMBERS, RowTableBuilder, rows_to_table
 from pipeline.models.dataspec import RowValidator, check_schema, validator_for
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 from pipeline.store.json_columns import json_columns
 
 

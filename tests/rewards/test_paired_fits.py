@@ -17,7 +17,7 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, inspect, select, text
 
-from assets.evaluation import evaluation_metadata, shares_by
+from assets.evaluation_figures import evaluation_metadata, shares_by
 from cli.main import main
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database
@@ -26,8 +26,9 @@ from pipeline.core.migrate import downgrade, upgrade
 from pipeline.core.tables import Model
 from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
+from pipeline.models.definitions import demo_definition, parse_definition
 from pipeline.models.paired_fits import MAX_PAIRED_FITS
-from pipeline.models.registry import demo_definition, parse_definition, register_model
+from pipeline.models.registry import register_model
 from pipeline.rewards import batch_valuation, reference_check
 from pipeline.rewards import valuation as valuation_module
 from pipeline.rewards.players import Player

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from assets.evaluation import evaluation_metadata, evaluation_status
+from assets.evaluation_figures import evaluation_metadata, evaluation_status
 from cli.main import main
 from pipeline.core.config import Settings, get_settings
 from pipeline.core.db import Database

@@ -16,7 +16,8 @@ from pipeline.core.db import Database
 from pipeline.core.tables import Model
 from pipeline.demo import DEMO_DIR
 from pipeline.demo.loan_data import loan_rows
-from pipeline.models.registry import DEMO_LOAN_FOLDER, seed_demo_models
+from pipeline.models.definitions import DEMO_LOAN_FOLDER
+from pipeline.models.registry import seed_demo_models
 from pipeline.sandbox.folders import extracted, pack_folder, trainer_key
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import bwrap_path

@@ -18,12 +18,8 @@ from pipeline.core.db import Database
 from pipeline.core.errors import InvalidInput
 from pipeline.core.tables import Model
 from pipeline.evaluation.trainers import record_trainer_failure
-from pipeline.models.registry import (
-    demo_definition,
-    load_model_folder,
-    parse_definition,
-    register_model,
-)
+from pipeline.models.definitions import demo_definition, load_model_folder, parse_definition
+from pipeline.models.registry import register_model
 from pipeline.sandbox.folders import extracted, pack_folder, trainer_key
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.trainers import GOOD_TRAINER, write_folder

@@ -418,7 +418,7 @@ def test_definitions_validate_with_the_evaluation_job() -> None:
 def test_dev_writes_the_concurrency_limit_into_dagster_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.operate import dagster_environment
+    from cli.dagster_instance import dagster_environment
 
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
@@ -444,7 +444,7 @@ def dagster_pg_url() -> Iterator[str]:
 def test_postgres_instance_stores_runs_and_events(
     dagster_pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.operate import dagster_environment
+    from cli.dagster_instance import dagster_environment
 
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.db import Database
-from pipeline.models.registry import ModelDefinition, register_model
+from pipeline.models.definitions import ModelDefinition
+from pipeline.models.registry import register_model
 
 BENCHMARK_ROWS = 250
 

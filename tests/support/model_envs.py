@@ -12,7 +12,7 @@ from pipeline.core.config import Settings
 from pipeline.core.db import Database
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.trainers import StepTrainers
-from pipeline.models.registry import demo_definition
+from pipeline.models.definitions import demo_definition
 from pipeline.store.objectstore import LocalObjectStore
 
 # Needs `mk_greeting` (a wheel tests write: tests/support/wheels.py) and must not see the

@@ -23,7 +23,8 @@ from pipeline.evaluation.batches import Batch
 from pipeline.evaluation.claims import claim_batch
 from pipeline.evaluation.outcomes import EvaluationOutcome
 from pipeline.intake.contributions import ContributionRequest, submit_contribution
-from pipeline.models.registry import ModelDefinition, allocate_version, register_model
+from pipeline.models.definitions import ModelDefinition
+from pipeline.models.registry import allocate_version, register_model
 from pipeline.rewards.batch_scoring import evaluate_batch
 from pipeline.rewards.payouts import RewardOutcome, pay_batch
 from pipeline.services import Services

@@ -8,7 +8,8 @@ from sqlalchemy import func, select
 
 from pipeline.core.db import Database
 from pipeline.core.tables import BenchmarkSpec, DatasetVersion, Model
-from pipeline.models.registry import ModelOwner, allocate_version, demo_definition, register_model
+from pipeline.models.definitions import demo_definition
+from pipeline.models.registry import ModelOwner, allocate_version, register_model
 
 T0 = datetime(2025, 3, 1, 10, 7, 30, tzinfo=UTC)
 

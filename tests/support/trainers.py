@@ -12,12 +12,8 @@ import pandas as pd
 from sklearn.datasets import load_breast_cancer
 
 from pipeline.core.db import Database
-from pipeline.models.registry import (
-    ModelOwner,
-    demo_definition,
-    load_model_folder,
-    register_model_folder,
-)
+from pipeline.models.definitions import demo_definition, load_model_folder
+from pipeline.models.registry import ModelOwner, register_model_folder
 from pipeline.sandbox.runner import OwnerTrainer, SubprocessRunner
 from pipeline.sandbox.runs import SandboxLimits
 from pipeline.store.objectstore import ObjectStore

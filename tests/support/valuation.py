@@ -9,7 +9,8 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 
 from pipeline.core.db import Database
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.models.registry import ModelDefinition, register_model
+from pipeline.models.definitions import ModelDefinition
+from pipeline.models.registry import register_model
 
 
 def shuffled(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:

@@ -323,13 +323,8 @@ def test_a_key_lists_only_the_arrivals_of_models_it_owns(
 ) -> None:
     """Issue 21 row 8: any user's key listed every model's arrivals and server paths."""
     from pipeline.auth.orgs import Role, create_org, set_member
-    from pipeline.models.registry import (
-        ModelOwner,
-        demo_definition,
-        get_model,
-        register_model,
-        set_model_owner,
-    )
+    from pipeline.models.definitions import demo_definition
+    from pipeline.models.registry import ModelOwner, get_model, register_model, set_model_owner
 
     demo = demo_model_id(db)  # owned by the admin user, the operator
     with db.session() as session:
