@@ -92,7 +92,7 @@ class Model(Base):
     # A batch is paid only when its improvement's lower bound clears this, in percent
     # (docs/rewards.md).
     min_improvement_pct: Mapped[float] = mapped_column(Float, default=0.5, server_default="0.5")
-    # Fits of each training frame in a valuation; the pool paid is their mean and its band is
+    # Fits of each training frame in a valuation; the pool is measured on them all and its band is
     # shown (pipeline.models.paired_fits, pipeline.rewards.stability).
     paired_fits: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

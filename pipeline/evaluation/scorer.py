@@ -146,7 +146,7 @@ class BenchmarkScorer:
         keys = row_keys(train, used) if len(train) else np.zeros(0, dtype=np.uint64)
         fits = []
         for fit in range(self.paired_fits):
-            kept = np.flatnonzero(paired_mask(keys, fit))
+            kept = np.flatnonzero(paired_mask(keys, fit, self.paired_fits))
             fits.append(self._predict_rows(train.iloc[kept], (used, keys[kept])))
         return stack_copies(fits)
 

@@ -1,8 +1,11 @@
 """Keys of training rows taken from their content, so that what is random in a fit depends on
 the rows themselves, not on their positions or count.
 
-A row's key is a keyed 64-bit hash of its values (pandas' SipHash of every column, with
-`HASH_KEY`); equal rows get equal keys. From the keys:
+A row's key is a keyed 64-bit hash of its values (pandas' SipHash with `HASH_KEY`, per column,
+mixed with the column's name and added up); equal rows get equal keys. It depends on the row's
+own values only: an empty cell adds nothing, and a number is hashed as a float whatever the
+column's dtype. So another row in the frame that fills a column the others leave empty, or
+turns an integer column into floats, changes no other row's key. From the keys:
 
 - `canonical_order` sorts a training frame by key before a fit, so the order in which the rows
   were stored or submitted changes nothing the estimator or the owner's code sees;
@@ -31,10 +34,29 @@ def row_keys(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> np.nd
     """One uint64 per row of `frame` (of `columns`, all by default): a hash of its values
     only, the same wherever the row stands and whatever other rows the frame holds."""
     rows = frame if columns is None else frame[list(columns)]
-    if rows.shape[1] == 0:
-        return np.zeros(len(rows), dtype=np.uint64)
-    hashes = pd.util.hash_pandas_object(rows, index=False, hash_key=HASH_KEY)
-    return np.asarray(hashes.to_numpy(), dtype=np.uint64)
+    keys = np.zeros(len(rows), dtype=np.uint64)
+    for position, name in enumerate(rows.columns):
+        column = rows.iloc[:, position]
+        hashes = pd.util.hash_array(_hashable(column), hash_key=HASH_KEY)
+        mixed = _mix(np.asarray(hashes, dtype=np.uint64) ^ _name_salt(name))
+        mixed[column.isna().to_numpy()] = 0  # an empty cell adds nothing
+        with np.errstate(over="ignore"):
+            keys += mixed  # modulo 2**64: the columns' order is moot too
+    return keys
+
+
+def _hashable(column: pd.Series) -> np.ndarray:
+    """The column's values as hashed: numbers and booleans as float64 (5 and 5.0 alike, in any
+    column dtype), anything else as pandas gives it."""
+    if pd.api.types.is_bool_dtype(column) or pd.api.types.is_numeric_dtype(column):
+        return np.asarray(column.to_numpy(dtype="float64", na_value=np.nan))
+    return np.asarray(column.to_numpy())
+
+
+def _name_salt(name: object) -> np.uint64:
+    """A column's own salt: the same value in two columns adds two different terms."""
+    salted = pd.util.hash_array(np.asarray([str(name)], dtype=object), hash_key=HASH_KEY)
+    return _U64(salted[0])
 
 
 def canonical_order(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:

@@ -172,7 +172,7 @@ def _valuation_inputs(
         target_column=bench.target_column,
         input_columns=bench.input_columns or None,
         metric_name=bench.metric_name,
-        # The owner's choice: the pool paid is the mean of K paired fits, with its band.
+        # The owner's choice: the pool measured on K paired fits, with its band.
         paired_fits=model_paired_fits(svc.db, batch.model_id),
     )
     claimed_jobs = {item.contribution_id for item in claimed}

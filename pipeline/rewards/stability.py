@@ -2,10 +2,12 @@
 
 A tree model's fit moves with things no supplier chooses (which rows a tree sees, a split near
 a tie). A model defined with `paired_fits` K > 1 is trained K times, fit k on the training rows
-whose keyed draw for k keeps them (the same rows left out of fit k in "with", "without" and
-every coalition). Each fit k gives its own pool p_k, the improvement of "with" fit k over
-"without" fit k; the pool paid is their mean. The band is that mean ± two standard errors of
-it: a supplier sees how far another K fits could move the number. One fit measures no band.
+but one keyed fold (the same rows left out of fit k in "with", "without" and every coalition).
+The pool is measured on the K fits' predictions together: the mean of the fits' own pools for
+a metric that is a mean over rows (accuracy, mae, r2), close to it for the others. Each fit k's
+pool p_k is the improvement of "with" fit k over "without" fit k; the band is the pool ± two
+standard errors of their mean: a supplier sees how far another K fits could move the number.
+One fit measures no band.
 """
 
 from __future__ import annotations
@@ -35,15 +37,17 @@ class Stability:
         return f"band [{self.low:+.2f}, {self.high:+.2f}] % over {self.fits} paired fits"
 
 
-def pool_stability(pools: Sequence[float]) -> Stability | None:
-    """The band of the mean of `pools` (one per paired fit); None for fewer than two fits or a
-    pool that is not finite."""
-    if len(pools) < 2 or not all(math.isfinite(p) for p in pools):
+def pool_stability(pools: Sequence[float], centre: float | None = None) -> Stability | None:
+    """The band of `pools` (one per paired fit) around `centre` (the pool paid; their mean by
+    default): ± two standard errors of their mean. None for fewer than two fits or a pool that
+    is not finite."""
+    if len(pools) < 2 or not all(math.isfinite(p) for p in [*pools, centre or 0.0]):
         return None
     mean = math.fsum(pools) / len(pools)
     variance = math.fsum((p - mean) ** 2 for p in pools) / (len(pools) - 1)
     half = BAND_ERRORS * math.sqrt(variance / len(pools))
-    return Stability(mean - half, mean + half, len(pools))
+    middle = mean if centre is None else centre
+    return Stability(middle - half, middle + half, len(pools))
 
 
 def copy_pools(

@@ -288,7 +288,7 @@ def value_batch(
     stability = None
     if accepted_units and with_predictions.copies > 1:
         pools = copy_pools(game.without, with_predictions, higher_is_better, game.denominator)
-        stability = pool_stability(pools)
+        stability = pool_stability(pools, centre=pool)
     return BatchValuation(
         metric_name=scorer.metric.name,
         direction="higher_is_better" if higher_is_better else "lower_is_better",
@@ -328,7 +328,9 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     exact = units <= settings.exact_max_players
     players = list(range(units))
     needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
-    if units == 1 or game.within_rows(needed, settings.coalition_row_budget):
+    # K paired fits train each coalition K times: the budget counts the rows of every fit.
+    budget = settings.coalition_row_budget // game.scorer.paired_fits
+    if units == 1 or game.within_rows(needed, budget):
         rounds = _play_rounds(game.value, game.prepare, units, settings, replay=False)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
     surrogate = SurrogateGame(

@@ -22,7 +22,7 @@ from pipeline.evaluation.without_cache import (
     recipe_digest,
     without_key,
 )
-from pipeline.models.paired_fits import MAX_PAIRED_FITS, SUBSAMPLE, paired_mask
+from pipeline.models.paired_fits import MAX_PAIRED_FITS, MIN_FOLDS, folds, paired_mask
 from pipeline.models.row_keys import row_keys
 from pipeline.rewards.interval import improvement_interval
 from pipeline.sandbox.outcome import TrainerOutput
@@ -54,9 +54,14 @@ def _block(predictions: Predictions, k: int) -> np.ndarray:
     return np.asarray(predictions.outputs[k * rows : (k + 1) * rows])
 
 
-def test_one_fit_is_the_scorer_as_it_was() -> None:
+def test_one_fit_is_the_default_and_trains_on_every_row() -> None:
+    """`paired_fits` 1 is what a model without it gets: one fit on every row (not on a fold's
+    complement), the same cache key and the same cache object."""
     plain, one = _scorer().predict(TRAIN), _scorer(1).predict(TRAIN)
-    assert one.copies == plain.copies == 1
+    assert one.copies == plain.copies == 1 and len(one.y_true) == len(BENCH)
+    subsample = TRAIN[paired_mask(row_keys(TRAIN), 0, 1)]
+    assert len(subsample) < len(TRAIN)
+    assert not np.array_equal(one.outputs, _scorer(1).predict(subsample).outputs)
     assert np.array_equal(one.outputs, plain.outputs) and np.array_equal(one.y_true, plain.y_true)
     assert recipe_digest(_scorer(1)) == recipe_digest(_scorer())
     key = without_key(3, recipe=recipe_digest(_scorer()))
@@ -77,12 +82,48 @@ def test_each_block_is_a_plain_fit_on_its_keyed_subsample() -> None:
     plain = _scorer()
     scores = copy_scores(stacked)
     for k in range(4):
-        kept = paired_mask(keys, k)
-        assert 0.8 < kept.mean() < 0.97  # about SUBSAMPLE
+        kept = paired_mask(keys, k, 4)
+        assert 0.8 < kept.mean() < 0.97  # all but one fold of 10
         alone = plain.predict(TRAIN[kept])
         assert np.array_equal(_block(stacked, k), alone.outputs)
         assert scores[k] == metric_score(alone)
-    assert SUBSAMPLE == 0.9
+
+
+@pytest.mark.parametrize("fits", [2, 4, 10, 16])
+def test_no_row_can_be_left_out_of_more_than_one_fit(fits: int) -> None:
+    """The keys are public, so a supplier can grind a row's digits for any draw: with folds no
+    row is left out of two fits, so none can be hidden from every fit (never valued, yet
+    accepted), and each fit keeps all but one fold."""
+    rng = np.random.default_rng(7)
+    ground = pd.DataFrame({"x": rng.random(50_000), "target": rng.integers(0, 2, 50_000)})
+    keys = row_keys(ground)
+    masks = np.column_stack([paired_mask(keys, k, fits) for k in range(fits)])
+    assert masks.sum(axis=1).min() == fits - 1
+    assert folds(fits) == max(fits, MIN_FOLDS)
+    kept = masks.mean(axis=0)
+    assert np.allclose(kept, 1 - 1 / folds(fits), atol=0.01), kept
+
+
+def test_a_contribution_filling_a_column_the_accepted_rows_leave_empty_keeps_the_pairing() -> None:
+    """Fit k of "with" and of "without" leave out the same accepted rows even when the
+    contribution fills an optional column every accepted row leaves empty, or turns an integer
+    column into floats: a row's key is its own values'."""
+    trainer = _RecordingTrainer()
+    scorer = _scorer(3, estimator=None, trainer=trainer)  # type: ignore[arg-type]
+    base = TRAIN.iloc[:200].copy()
+    base["optional"] = np.nan
+    base["count"] = np.arange(200)
+    filling = TRAIN.iloc[200:203].copy()
+    filling["optional"] = [1.0, 2.0, 3.0]
+    filling["count"] = [0.5, 1.5, 2.5]
+    scorer.bench = scorer.bench.assign(optional=0.0, count=0)
+    scorer.predict(base)
+    scorer.predict(pd.concat([base, filling], ignore_index=True))
+    mean_radius = "mean radius"
+    for k in range(3):
+        without_rows = set(trainer.seen[k][mean_radius])
+        with_rows = set(trainer.seen[3 + k][mean_radius]) & set(base[mean_radius])
+        assert with_rows == without_rows, k
 
 
 def test_reordered_rows_give_the_same_fits() -> None:
@@ -93,7 +134,7 @@ def test_reordered_rows_give_the_same_fits() -> None:
 
 def test_one_more_row_changes_only_the_fits_that_include_it() -> None:
     keys = row_keys(REST)
-    masks = np.column_stack([paired_mask(keys, k) for k in range(4)])
+    masks = np.column_stack([paired_mask(keys, k, 4) for k in range(4)])
     # A row outside TRAIN that some fits keep and some leave out.
     extra = next(i for i in range(240, len(REST)) if 0 < masks[i].sum() < 4)
     before = _scorer(4).predict(TRAIN)
@@ -132,7 +173,7 @@ def test_the_owners_trainer_runs_once_per_fit_and_leaves_the_same_rows_out() -> 
         without_rows = set(row_keys(trainer.seen[k]).tolist())
         with_rows = set(row_keys(trainer.seen[3 + k]).tolist())
         assert with_rows & base_keys == without_rows
-        kept = paired_mask(row_keys(contribution), k)
+        kept = paired_mask(row_keys(contribution), k, 3)
         assert with_rows - base_keys == set(row_keys(contribution)[kept].tolist())
         assert trainer.seen[k].equals(trainer.seen[k].iloc[np.argsort(row_keys(trainer.seen[k]))])
 

@@ -76,6 +76,7 @@ def test_paired_fits_keep_the_shares_properties_and_give_the_pool_its_band() -> 
     band = result.stability
     assert band is not None and band.fits == 4
     assert band.low <= result.pool_pct <= band.high and band.low < band.high
+    assert (band.low + band.high) / 2 == pytest.approx(result.pool_pct)  # centred on the pool
     denominator = improvement_denominator(metric_score(result.without), 0.5)
     pools = (copy_scores(result.with_predictions) - copy_scores(result.without)) / denominator * 100
     assert float(np.mean(pools)) == pytest.approx(result.pool_pct)
@@ -115,3 +116,17 @@ def test_a_cached_without_of_the_same_fits_gives_the_same_valuation() -> None:
     assert again.coalitions == first.coalitions - 1
     assert again.shares == first.shares and again.stability == first.stability
     assert again.interval == first.interval
+
+
+def test_the_row_budget_counts_every_paired_fit() -> None:
+    """A batch whose coalitions fit the row budget once, but not four times, is split by the
+    estimator with one fit and by the surrogate with four: K fits are K times the rows."""
+    players = _players()[:2]
+    rows = sum(len(BASE) + sum(p.rows for p in s) for s in ([players[0]], [players[1]], players))
+    budget = 2 * rows
+    assert (
+        _value(_scorer(1, "logistic_regression"), players, coalition_row_budget=budget).method
+        == EXACT
+    )
+    four = _value(_scorer(4, "logistic_regression"), players, coalition_row_budget=budget)
+    assert four.method == SURROGATE_EXACT
