@@ -33,6 +33,10 @@ class _KeyedFit:
         keys = self._bootstrap_keys
         if keys is not None:
             counts = poisson_counts(keys, int(self.random_state), self._bootstrap_rate)
+            if not counts.any():
+                # A tiny frame can draw no row at all for a tree (e^-n for n rows), which a
+                # tree cannot fit: that tree sees every row once instead.
+                counts = np.ones_like(counts)
             sample_weight = counts if sample_weight is None else counts * sample_weight
         return super()._fit(X, y, sample_weight=sample_weight, **params)  # type: ignore[misc]
 

@@ -141,3 +141,12 @@ def test_a_keyed_forest_keeps_the_owners_parameters_and_their_rate() -> None:
     assert forest.get_params()["max_samples"] == 0.5 and forest.bootstrap
     assert np.isfinite(model.predict(BENCH.drop(columns="target"))).all()
     assert poisson_counts(row_keys(REST), 3, 0.5).mean() == pytest.approx(0.5, abs=0.1)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 5])
+def test_a_forest_fits_a_frame_so_small_that_a_tree_draws_no_row(rows: int) -> None:
+    """With a handful of rows some of a forest's 100 trees draw no row at all (e^-n each):
+    those trees see every row once, and the forest fits instead of failing the evaluation."""
+    train = REST.iloc[:rows].assign(target=[i % 2 for i in range(rows)])
+    predictions = _scorer("random_forest_classifier").predict(train)
+    assert predictions.outputs.shape == (len(BENCH), 2)
