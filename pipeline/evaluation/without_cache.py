@@ -34,6 +34,7 @@ from pipeline.evaluation.batches import VersionItem
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import RANDOM_STATE
+from pipeline.models.row_keys import KEY_SCHEME
 from pipeline.store.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ def trained_as_accepted(
 
 def recipe_digest(scorer: BenchmarkScorer) -> str:
     """How the model is trained and scored: a new recipe (estimator, parameters,
-    preprocessing), owner's training code, target, input list, metric, scikit-learn release or
-    number of paired fits is another model."""
+    preprocessing), owner's training code, target, input list, metric, scikit-learn release,
+    row-key scheme or number of paired fits is another model."""
     import sklearn  # lazily: only evaluations need it
 
     recipe = json.dumps(scorer.recipe.to_json(), sort_keys=True) if scorer.recipe else ""
@@ -111,6 +112,7 @@ def recipe_digest(scorer: BenchmarkScorer) -> str:
             ",".join(scorer.input_columns),
             scorer.metric.name,
             f"scikit-learn {sklearn.__version__}",
+            KEY_SCHEME,
             # Only with paired fits, so a model of one fit keeps the digest it always had.
             *([f"paired fits {scorer.paired_fits}"] if scorer.paired_fits > 1 else []),
         ]

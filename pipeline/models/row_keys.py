@@ -24,6 +24,9 @@ import numpy as np
 import pandas as pd
 
 HASH_KEY = "rowkeys-v1-35aa7"  # 16 characters: pandas' SipHash key
+# How keys are made; a new scheme re-keys every row (training order, a forest's bootstraps, the
+# folds), so the valuation cache keys on it (`pipeline.evaluation.without_cache`).
+KEY_SCHEME = "row keys 2: own values by column name, empty cells add nothing, numbers as floats"
 _U64 = np.uint64
 _M1 = _U64(0xFF51AFD7ED558CCD)
 _M2 = _U64(0xC4CEB9FE1A85EC53)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from pipeline.core.errors import InvalidInput
+from pipeline.evaluation import without_cache
 from pipeline.evaluation.metrics import Predictions, copy_scores, metric_score, stack_copies
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.evaluation.without_cache import (
@@ -66,6 +67,16 @@ def test_one_fit_is_the_default_and_trains_on_every_row() -> None:
     assert recipe_digest(_scorer(1)) == recipe_digest(_scorer())
     key = without_key(3, recipe=recipe_digest(_scorer()))
     assert _encode(one, key) == _encode(plain, key)  # the cache object, byte for byte
+
+
+def test_a_new_row_key_scheme_makes_every_cached_without_a_miss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Row keys decide training order, a forest's bootstraps and the folds: a "without" cached
+    under another scheme was trained on other draws, so it is not this model's."""
+    before = recipe_digest(_scorer()), recipe_digest(_scorer(4))
+    monkeypatch.setattr(without_cache, "KEY_SCHEME", "row keys 3")
+    assert recipe_digest(_scorer()) != before[0] and recipe_digest(_scorer(4)) != before[1]
 
 
 @pytest.mark.parametrize("fits", [0, MAX_PAIRED_FITS + 1, 2.5, "4", True])
