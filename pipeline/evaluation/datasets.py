@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 from sqlalchemy import select
@@ -165,22 +165,22 @@ def accepted_items(
     return [version_item(dv, contribution_id=job) for job, dv in rows if job not in exclude]
 
 
-def model_settings(db: Database, model_id: int) -> tuple[str, Recipe | None]:
-    """The model's task type and recipe (None for a model with the owner's trainer)."""
+class ModelSettings(NamedTuple):
+    """How a model is trained: its task type, its recipe (None for a model with the owner's
+    trainer) and its paired fits K (`pipeline.models.paired_fits`)."""
+
+    task_type: str
+    recipe: Recipe | None
+    paired_fits: int
+
+
+def model_settings(db: Database, model_id: int) -> ModelSettings:
+    """The model's `ModelSettings`, read in one session."""
     with db.session() as session:
         model = session.get(Model, model_id)
         if model is None:
             raise InvalidInput(f"model {model_id} not found")
-        return model.task_type, model_recipe(model)
-
-
-def model_paired_fits(db: Database, model_id: int) -> int:
-    """The model's paired fits K (`pipeline.models.paired_fits`): what its valuations fit."""
-    with db.session() as session:
-        model = session.get(Model, model_id)
-        if model is None:
-            raise InvalidInput(f"model {model_id} not found")
-        return model.paired_fits
+        return ModelSettings(model.task_type, model_recipe(model), model.paired_fits)
 
 
 def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame | None:

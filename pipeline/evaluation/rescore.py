@@ -121,7 +121,7 @@ def rescore_model(
         return None
     # One fit, whatever the model's `paired_fits`: a re-score is the model's metric history, not
     # a payout, and the model as deployed is one fit on every row.
-    task_type, estimator = model_settings(svc.db, model_id)
+    task_type, estimator, _ = model_settings(svc.db, model_id)
     bench = frames.benchmark(spec)
     training = bench.training_frame(frames.many(accepted_items(svc.db, model_id)))
     result = evaluate_contribution(

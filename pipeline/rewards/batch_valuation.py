@@ -44,7 +44,6 @@ from pipeline.evaluation.datasets import (
     accepted_items,
     concat_frames,
     latest_benchmark,
-    model_paired_fits,
     model_settings,
 )
 from pipeline.evaluation.fit_engine import FitEngine
@@ -162,7 +161,7 @@ def _valuation_inputs(
     """The scorer on the benchmark, the benchmark, the training rows of the "without" model
     (the owner's base data and the accepted rows, the claimed contributions aside) and the key
     of the model they train."""
-    task_type, estimator = model_settings(svc.db, batch.model_id)
+    task_type, estimator, paired_fits = model_settings(svc.db, batch.model_id)
     bench = frames.benchmark(spec)
     scorer = BenchmarkScorer(
         bench.frame,
@@ -173,7 +172,7 @@ def _valuation_inputs(
         input_columns=bench.input_columns or None,
         metric_name=bench.metric_name,
         # The owner's choice: the pool measured on K paired fits, with its band.
-        paired_fits=model_paired_fits(svc.db, batch.model_id),
+        paired_fits=paired_fits,
     )
     claimed_jobs = {item.contribution_id for item in claimed}
     accepted = accepted_items(svc.db, batch.model_id, exclude=claimed_jobs)

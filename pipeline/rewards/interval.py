@@ -75,7 +75,7 @@ def improvement_interval(
     rows = benchmark_rows(without)
     if benchmark_rows(with_) != rows:
         raise ValueError("paired bootstrap of predictions on different benchmark rows")
-    cells = _cells(without, with_, rows)
+    cells = _cells(without, with_)
     rng = np.random.default_rng(seed)
     width = rows if cells is None else len(cells[2])
     block = max(1, min(resamples, _BLOCK_CELLS // max(width * copies, 1)))
@@ -109,7 +109,7 @@ def _row_counts(rng: np.random.Generator, rows: int, size: int) -> np.ndarray:
 
 
 def _cells(
-    without: Predictions, with_: Predictions, rows: int | None = None
+    without: Predictions, with_: Predictions
 ) -> tuple[Predictions, Predictions, np.ndarray] | None:
     """The benchmark's distinct (target, with, without) rows as two Predictions and each
     one's row count; None when outputs are per-class scores or the rows barely repeat (the
@@ -118,7 +118,7 @@ def _cells(
     if without.outputs.ndim != 1 or with_.outputs.ndim != 1 or not len(without.y_true):
         return None
     copies = without.copies
-    rows = benchmark_rows(without) if rows is None else rows
+    rows = benchmark_rows(without)
     blocks = [slice(k * rows, (k + 1) * rows) for k in range(copies)]
     columns = [
         without.y_true[:rows],

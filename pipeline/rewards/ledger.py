@@ -31,6 +31,7 @@ from pipeline.core.tables import (
 from pipeline.evaluation.jobs import accepted_contribution
 from pipeline.rewards.formula import to_checksum_address, validate_wallet
 from pipeline.rewards.manifests import parse_manifest
+from pipeline.rewards.stability import band_view
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -182,12 +183,11 @@ def share_computation(valuation: dict[str, Any] | None) -> dict[str, Any]:
     game trained on, whether "without" came from the cache, the model's paired fits and the
     pool's band over them (None before these were kept; the band None with one fit)."""
     valuation = valuation or {}
-    band = valuation.get("stability")
     return {
         "sampleRows": valuation.get("sample_rows"),
         "withoutCache": valuation.get("without_cache"),
         "pairedFits": valuation.get("paired_fits"),
-        "stabilityBand": {k: band[k] for k in ("low", "high", "fits")} if band else None,
+        "stabilityBand": band_view(valuation.get("stability")),
     }
 
 

@@ -138,8 +138,8 @@ def _reference_pool(
         target_column=scorer.target_column,
         input_columns=scorer.input_columns or None,
         metric_name=scorer.metric.name,
-        # Measured as the owner's pool is (the mean of the same K paired fits): a pool of one
-        # fit would differ from it by the very noise the owner's K fits average away.
+        # Measured as the owner's pool is (on the same K paired fits): a pool of one fit would
+        # differ from it by the very noise the owner's K fits average away.
         paired_fits=scorer.paired_fits,
     )
     kept = [p.frame for p in players if valuation.rejected.get(p.key) != SHARE_REJECTED]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from pipeline.evaluation.metrics import Predictions, copy_scores
 
@@ -35,6 +36,12 @@ class Stability:
 
     def describe(self) -> str:
         return f"band [{self.low:+.2f}, {self.high:+.2f}] % over {self.fits} paired fits"
+
+
+def band_view(stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A band kept with a valuation (`Stability.as_dict`) as the job view and the ledger show
+    it; None with one fit, or for a valuation made before bands were kept."""
+    return {k: stored[k] for k in ("low", "high", "fits")} if stored else None
 
 
 def pool_stability(pools: Sequence[float], centre: float | None = None) -> Stability | None:

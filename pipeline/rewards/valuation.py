@@ -31,10 +31,10 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   values the game is played again among them (every coalition is already trained), until
   every share is positive; with sampled values the pool of the rest is shared in proportion
   to the values they were given (one more model, where a replay would cost another budget).
-- **Paired fits**: a model of `paired_fits` K > 1 is fitted K times per coalition on keyed
-  subsamples (`pipeline.evaluation.scorer`); the game is played on the K fits' stacked
-  predictions (the expected game), and `stability` is the pool's band over the K fits' own
-  pools (`pipeline.rewards.stability`).
+- **Paired fits**: a model of `paired_fits` K > 1 is fitted K times per coalition, each fit
+  leaving out one keyed fold (`pipeline.evaluation.scorer`); the game is played on the K fits'
+  stacked predictions (the expected game), and `stability` is the pool's band over the K fits'
+  own pools (`pipeline.rewards.stability`).
 - **Significance**: the pool is paid only when the lower bound of a paired bootstrap
   confidence interval of v(remaining set) over the benchmark rows is above 0; otherwise the
   whole batch is within noise and rejected (`pipeline.rewards.interval`).
@@ -73,7 +73,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
-from pipeline.rewards.stability import Stability, copy_pools, pool_stability
+from pipeline.rewards.stability import Stability, band_view, copy_pools, pool_stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -415,7 +415,6 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
     if not valuation:
         return None
     interval = valuation.get("interval")
-    band = valuation.get("stability")
     reward = quality.get("reward") or {}
     return {
         "valuationId": valuation.get("valuation_id"),
@@ -438,7 +437,7 @@ def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         "modelsTrained": valuation.get("models_trained"),
         # The pool's band over the model's paired fits; null with one fit or before bands were
         # kept (`pipeline.rewards.stability`).
-        "stabilityBand": {k: band[k] for k in ("low", "high", "fits")} if band else None,
+        "stabilityBand": band_view(valuation.get("stability")),
         "pairedFits": valuation.get("paired_fits"),
         "tokensEarned": reward.get("total_tokens"),
         "cap": reward.get("cap"),
