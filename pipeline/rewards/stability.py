@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.evaluation.metrics import Predictions, copy_scores
+if TYPE_CHECKING:
+    from pipeline.evaluation.metrics import Predictions
 
 # Two standard errors: about 95 % of the means another K fits would give, for a normal spread.
 BAND_ERRORS = 2.0
@@ -68,6 +69,9 @@ def copy_pools(
             f"{with_.copies} paired fits with against {without.copies} without: "
             "the two sides must come from the same fits"
         )
+    # Lazily: the ledger reads `band_view` from here, and the CLI that imports it loads no NumPy.
+    from pipeline.evaluation.metrics import copy_scores
+
     sign = 1.0 if higher_is_better else -1.0
     gains = sign * (copy_scores(with_) - copy_scores(without))
     return [float(g) / denominator * 100.0 for g in gains]
