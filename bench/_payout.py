@@ -22,6 +22,7 @@ the K fits is printed beside each reference valuation.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -75,18 +76,38 @@ def paid(valuation: BatchValuation) -> dict[str, float]:
     return {k: (v if k in valuation.accepted else 0.0) for k, v in valuation.shares.items()}
 
 
-def moves(reference: BatchValuation, other: BatchValuation) -> tuple[float, float, int]:
-    """(largest paid-share move, pool move) in % of the reference's paid pool, and flips."""
+def fractions(valuation: BatchValuation) -> dict[str, float]:
+    """Each contribution's fraction of the paid pool (the split; 0 when rejected or unpaid)."""
+    shares = paid(valuation)
+    pool = sum(shares.values())
+    return {k: (v / pool if pool > 0 else 0.0) for k, v in shares.items()}
+
+
+def moves(reference: BatchValuation, other: BatchValuation) -> dict[str, float]:
+    """How far `other` is from `reference`, in % of the reference's paid pool:
+
+    - `share_move`: the largest move of a contribution's fraction of the paid pool (the split);
+    - `pool_move`: the paid pool's move;
+    - `tokens_move`: the largest move of a paid share in tokens, which is both of the above;
+    - `flips`: contributions holding at least `FLIP_SHARE` of the pool that change between paid
+      and rejected.
+
+    The issue's goals are 2 % for a share and 10 % for the pool. A pool may move 10 %, which
+    moves a share holding half of it by 5 % in tokens: the share goal can only be the split's.
+    """
     first, second = paid(reference), paid(other)
     # An unpaid reference whose perturbation pays: measured against the pool that was paid.
     pool = sum(first.values()) or sum(second.values())
     if pool <= 0:
-        return 0.0, 0.0, 0
-    share = max(abs(second[k] - first[k]) for k in first) / pool * 100.0
-    pool_move = abs(sum(second.values()) - sum(first.values())) / pool * 100.0
+        return {"share_move": 0.0, "pool_move": 0.0, "tokens_move": 0.0, "flips": 0}
+    split_a, split_b = fractions(reference), fractions(other)
     big = [k for k in first if max(first[k], second[k]) >= FLIP_SHARE * pool]
-    flips = sum((first[k] > 0) != (second[k] > 0) for k in big)
-    return share, pool_move, flips
+    return {
+        "share_move": max(abs(split_b[k] - split_a[k]) for k in first) * 100.0,
+        "pool_move": abs(sum(second.values()) - sum(first.values())) / pool * 100.0,
+        "tokens_move": max(abs(second[k] - first[k]) for k in first) / pool * 100.0,
+        "flips": sum((first[k] > 0) != (second[k] > 0) for k in big),
+    }
 
 
 def perturbations(
@@ -151,7 +172,7 @@ def _case(
                 other = value(accepted)
         else:
             other = value(accepted)
-        share, pool_move, flips = moves(reference, other)
+        moved = moves(reference, other)
         row = {
             "estimator": estimator,
             "accepted": len(base),
@@ -161,9 +182,7 @@ def _case(
             "pool_pct": sum(paid(reference).values()),
             "perturbation": name,
             "other_pool_pct": sum(paid(other).values()),
-            "share_move": share,
-            "pool_move": pool_move,
-            "flips": flips,
+            **moved,
             "band": reference.stability.describe() if reference.stability else "",
             "shares": " ".join(
                 f"{a:.3f}>{b:.3f}"
@@ -175,7 +194,14 @@ def _case(
     return found
 
 
-def summary(rows: list[dict[str, Any]]) -> tuple[list[str], float]:
+def fits_for_goals(worst: dict[str, float], fits: int) -> int:
+    """The paired fits at which the worst moves would meet their goals, if they shrink as one
+    over the square root of the fits (the moves of a mean of K independent fits' pools do)."""
+    scale = max(worst[figure] / goal for figure, goal in GOALS.items())
+    return max(1, math.ceil(fits * scale**2))
+
+
+def summary(rows: list[dict[str, Any]], fits: int = 1) -> tuple[list[str], float]:
     """`figure: value` lines per estimator and accepted size, and the ratio (worst figure over
     its goal; a flip counts as 1 + flips, the goal being none)."""
     lines, ratio = [], 0.0
@@ -183,10 +209,13 @@ def summary(rows: list[dict[str, Any]]) -> tuple[list[str], float]:
     for estimator, accepted in cells:
         cell = [r for r in rows if (r["estimator"], r["accepted"]) == (estimator, accepted)]
         name = f"payout_{estimator}_{accepted}"
+        worst = {figure: max(r[figure] for r in cell) for figure in GOALS}
         for figure, goal in GOALS.items():
-            worst = max(r[figure] for r in cell)
-            lines.append(f"{name}_max_{figure}_pct_of_pool: {worst:.2f} (goal <= {goal:g})")
-            ratio = max(ratio, worst / goal)
+            lines.append(f"{name}_max_{figure}_pct_of_pool: {worst[figure]:.2f} (goal <= {goal:g})")
+            ratio = max(ratio, worst[figure] / goal)
+        tokens = max(r["tokens_move"] for r in cell)
+        lines.append(f"{name}_max_tokens_move_pct_of_pool: {tokens:.2f}")
+        lines.append(f"{name}_fits_for_goals: {fits_for_goals(worst, fits)} (at 1/sqrt(K))")
         flips = sum(r["flips"] for r in cell)
         lines.append(f"{name}_flips: {flips} (goal 0)")
         if flips:
@@ -224,7 +253,8 @@ def run(args: Any, settings: ValuationSettings) -> float:
         args.payout_seeds, args.payout_draws = 2, 2
     print(
         "payout: estimator | accepted | players | seed | method | pool % | perturbation | "
-        "pool % after | largest share move % of pool | pool move % | flips | paid shares"
+        "pool % after | largest split move % of pool | pool move % | largest tokens move % | "
+        "flips | paid shares"
     )
 
     def show(r: dict[str, Any]) -> None:
@@ -232,7 +262,8 @@ def run(args: Any, settings: ValuationSettings) -> float:
             f"payout: {r['estimator']} | {r['accepted']} | {r['players']} | {r['seed']} | "
             f"{r['method']} | {r['pool_pct']:.3f} | {r['perturbation']} | "
             f"{r['other_pool_pct']:.3f} | {r['share_move']:.2f} | {r['pool_move']:.2f} | "
-            f"{r['flips']} | {r['shares']}" + (f" | {r['band']}" if r["band"] else ""),
+            f"{r['tokens_move']:.2f} | {r['flips']} | {r['shares']}"
+            + (f" | {r['band']}" if r["band"] else ""),
             flush=True,
         )
 
@@ -247,7 +278,7 @@ def run(args: Any, settings: ValuationSettings) -> float:
         args.payout_fits,
     )
     print(f"payout_fits: {args.payout_fits}")
-    lines, ratio = summary(rows)
+    lines, ratio = summary(rows, args.payout_fits)
     for line in lines:
         print(line)
     print(f"payout_ratio: {ratio:.3f}")

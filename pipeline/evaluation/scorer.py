@@ -147,14 +147,17 @@ class BenchmarkScorer:
         fits = []
         for fit in range(self.paired_fits):
             kept = np.flatnonzero(paired_mask(keys, fit, self.paired_fits))
-            fits.append(self._predict_rows(train.iloc[kept], (used, keys[kept])))
+            fits.append(self._predict_rows(train.iloc[kept], (used, keys[kept]), fit))
         return stack_copies(fits)
 
     def _predict_rows(
-        self, train: pd.DataFrame, keyed: tuple[list[str], np.ndarray] | None = None
+        self,
+        train: pd.DataFrame,
+        keyed: tuple[list[str], np.ndarray] | None = None,
+        fit: int | None = None,
     ) -> Predictions:
         """One fit on the labelled rows `train`. `keyed`: their `row_keys` over the columns
-        named, reused when the fit uses those columns."""
+        named, reused when the fit uses those columns; `fit`: the paired fit it is (its seed)."""
         columns = self.feature_columns(train)
         used = [*columns, self.target_column]
         keys = keyed[1] if keyed is not None and keyed[0] == used else None
@@ -162,7 +165,9 @@ class BenchmarkScorer:
         if predictor is None:
             if self.recipe is None:
                 return self._owner_predictions(train, columns, keys)
-            predictor = _fit(train, columns, self.task_type, self.recipe, self.target_column, keys)
+            predictor = _fit(
+                train, columns, self.task_type, self.recipe, self.target_column, keys, fit
+            )
         x_bench = self.bench[columns]
         name = self.metric.name
         if self.task_type == "regression":
@@ -298,15 +303,17 @@ def _fit(
     recipe: Recipe,
     target_column: str,
     keys: np.ndarray | None = None,
+    fit: int | None = None,
 ) -> Any:
     """The recipe's pipeline fitted on `train`, its rows in their canonical order and, for a
-    keyed estimator, with their keys (`pipeline.models.row_keys`; `keys` when known)."""
+    keyed estimator, with their keys (`pipeline.models.row_keys`; `keys` when known); `fit`:
+    the paired fit it is, which draws its own seed (`pipeline.models.paired_fits.fit_seed`)."""
     used = [*columns, target_column]
     keys = row_keys(train, used) if keys is None else keys
     order = np.argsort(keys, kind="stable")
     train, keys = train.iloc[order], keys[order]
     y = train[target_column]
-    pipeline = build_estimator(recipe, task_type, rows=len(train))
+    pipeline = build_estimator(recipe, task_type, rows=len(train), fit=fit)
     params = {"model__row_keys": keys} if CATALOG[recipe.estimator].keyed else {}
     try:
         pipeline.fit(train[columns], y.to_numpy(), **params)

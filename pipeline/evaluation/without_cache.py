@@ -34,6 +34,7 @@ from pipeline.evaluation.batches import VersionItem
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.estimators import RANDOM_STATE
+from pipeline.models.paired_fits import PAIRED_SCHEME
 from pipeline.models.row_keys import KEY_SCHEME
 from pipeline.store.objectstore import ObjectStore
 
@@ -114,7 +115,11 @@ def recipe_digest(scorer: BenchmarkScorer) -> str:
             f"scikit-learn {sklearn.__version__}",
             KEY_SCHEME,
             # Only with paired fits, so a model of one fit keeps the digest it always had.
-            *([f"paired fits {scorer.paired_fits}"] if scorer.paired_fits > 1 else []),
+            *(
+                [f"paired fits {scorer.paired_fits} ({PAIRED_SCHEME})"]
+                if scorer.paired_fits > 1
+                else []
+            ),
         ]
     )
 

@@ -26,6 +26,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pipeline.core.errors import InvalidInput
+from pipeline.models.paired_fits import fit_seed
 from pipeline.models.preprocessing import build_preprocessor
 from pipeline.models.threads import THREADS
 
@@ -213,21 +214,29 @@ def validate_estimator(name: str, task_type: str) -> None:
         )
 
 
-def estimator_params(recipe: Recipe, rows: int | None = None) -> dict[str, Any]:
+def estimator_params(
+    recipe: Recipe, rows: int | None = None, fit: int | None = None
+) -> dict[str, Any]:
     """The estimator's parameters: catalog defaults, the owner's, then the fixed ones.
 
     With `rows` (the training rows), a neighbours estimator asks for at most that many
-    neighbours, so a small training frame is not an error.
+    neighbours, so a small training frame is not an error. With `fit` (a paired fit's index,
+    `pipeline.models.paired_fits`), a seeded estimator takes that fit's own seed.
     """
     kind = CATALOG[recipe.estimator]
     params = {**kind.defaults, **recipe.params, **kind.fixed}
     if kind.neighbours and rows is not None:
         params["n_neighbors"] = max(1, min(int(params.get("n_neighbors", 5)), rows))
+    if fit is not None and "random_state" in params:
+        params["random_state"] = fit_seed(int(params["random_state"]), fit)
     return params
 
 
-def build_estimator(recipe: str | Recipe, task_type: str, *, rows: int | None = None) -> Pipeline:
-    """A fresh, unfitted pipeline: the recipe's preprocessing followed by its estimator."""
+def build_estimator(
+    recipe: str | Recipe, task_type: str, *, rows: int | None = None, fit: int | None = None
+) -> Pipeline:
+    """A fresh, unfitted pipeline: the recipe's preprocessing followed by its estimator
+    (`fit`: the paired fit it is, see `estimator_params`)."""
     recipe = as_recipe(recipe)
     validate_estimator(recipe.estimator, task_type)
     # sklearn lazily: see the module docstring.
@@ -236,7 +245,7 @@ def build_estimator(recipe: str | Recipe, task_type: str, *, rows: int | None = 
     kind = CATALOG[recipe.estimator]
     pre = recipe.preprocessing
     features = build_preprocessor(pre.text_columns, pre.text_max_features, dense=kind.dense)
-    model = kind.load()(**estimator_params(recipe, rows))
+    model = kind.load()(**estimator_params(recipe, rows, fit))
     if kind.openmp:
         from pipeline.models.single_thread import OneThreadPipeline
 

@@ -7,6 +7,12 @@ in one of `folds(K)` folds (at least `MIN_FOLDS`) by its keyed draw
 same row is kept or left out of fit k in "with", "without" and every coalition, so paired fits
 differ only by the contributions' rows.
 
+Each fit also draws its own seed (`fit_seed`) for an estimator that has one: a forest's K fits
+would otherwise draw the same features and the same keyed bootstrap for each tree, so that
+their errors move together, the band understates the spread, and another catalog seed moves
+the pool by several bands at once. With a seed per fit, the K fits average the seed's noise
+too, as the expected game's fits do.
+
 Why folds and not a draw per fit: the keys are public, so a supplier can search a row's last
 digits for any draw it likes. With independent draws a row could be ground out of all K fits:
 never valued, yet accepted and paid for by volume. A fold leaves a row out of one fit at most,
@@ -32,11 +38,24 @@ MIN_FOLDS = 10
 # tell which fit left a row out; far from the small salts of a forest's trees and the
 # surrogate's sample, so the folds are drawn independently of them.
 PAIRED_SALT = 0x7061_6972_6564_0000  # "paired" in ASCII
+# How paired fits draw their rows and seeds; part of a stored "without"'s recipe digest
+# (`pipeline.evaluation.without_cache`), so one made by another scheme is a miss.
+PAIRED_SCHEME = "keyed folds, a seed per fit"
 
 
 def folds(fits: int) -> int:
     """How many folds the rows of a model with `fits` paired fits fall in."""
     return max(int(fits), MIN_FOLDS)
+
+
+def fit_seed(seed: int, fit: int) -> int:
+    """The seed of paired fit `fit` of an estimator whose catalog seed is `seed`: drawn from
+    both, so that the fits' seeds are independent and another catalog seed gives other seeds
+    for every fit (not the same seeds shifted by one)."""
+    import numpy as np  # lazily, as in paired_mask
+
+    state = np.random.SeedSequence([int(seed), PAIRED_SALT, int(fit)]).generate_state(1)
+    return int(state[0])
 
 
 def paired_mask(keys: np.ndarray, fit: int, fits: int) -> np.ndarray:

@@ -23,7 +23,13 @@ from pipeline.evaluation.without_cache import (
     recipe_digest,
     without_key,
 )
-from pipeline.models.paired_fits import MAX_PAIRED_FITS, MIN_FOLDS, folds, paired_mask
+from pipeline.models.paired_fits import (
+    MAX_PAIRED_FITS,
+    MIN_FOLDS,
+    fit_seed,
+    folds,
+    paired_mask,
+)
 from pipeline.models.row_keys import row_keys
 from pipeline.rewards.interval import improvement_interval
 from pipeline.sandbox.outcome import TrainerOutput
@@ -79,6 +85,33 @@ def test_a_new_row_key_scheme_makes_every_cached_without_a_miss(
     assert recipe_digest(_scorer()) != before[0] and recipe_digest(_scorer(4)) != before[1]
 
 
+def test_a_new_paired_scheme_misses_only_paired_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "without" of paired fits drawn by another scheme (rows or seeds) is not this model's;
+    a model of one fit draws no seeds per fit, so its cache stays."""
+    one, four = recipe_digest(_scorer()), recipe_digest(_scorer(4))
+    monkeypatch.setattr(without_cache, "PAIRED_SCHEME", "another")
+    assert recipe_digest(_scorer()) == one and recipe_digest(_scorer(4)) != four
+
+
+def test_each_paired_fit_of_a_forest_draws_its_own_seed() -> None:
+    """With one seed for all K fits a forest's fits draw the same features and bootstraps for
+    each tree, so their errors move together and the band understates the spread. Fit k is a
+    plain fit of its subsample under its own seed; another catalog seed changes every fit's."""
+    forest = "random_forest_classifier"
+    stacked = _scorer(4, estimator=forest).predict(TRAIN)
+    keys = row_keys(TRAIN)
+    plain = _scorer(estimator=forest)
+    differs = []
+    for k in range(4):
+        sub = TRAIN[paired_mask(keys, k, 4)]
+        assert np.array_equal(_block(stacked, k), plain._predict_rows(sub, fit=k).outputs)
+        differs.append(not np.array_equal(_block(stacked, k), plain.predict(sub).outputs))
+    assert all(differs)  # no fit keeps the catalog's seed
+    seeds = [fit_seed(0, k) for k in range(MAX_PAIRED_FITS)]
+    assert len(set(seeds)) == MAX_PAIRED_FITS
+    assert not set(seeds) & {fit_seed(1, k) for k in range(MAX_PAIRED_FITS)}
+
+
 @pytest.mark.parametrize("fits", [0, MAX_PAIRED_FITS + 1, 2.5, "4", True])
 def test_paired_fits_out_of_range_are_refused(fits: Any) -> None:
     with pytest.raises(InvalidInput, match="paired_fits"):
@@ -86,6 +119,8 @@ def test_paired_fits_out_of_range_are_refused(fits: Any) -> None:
 
 
 def test_each_block_is_a_plain_fit_on_its_keyed_subsample() -> None:
+    """Boosting without early stopping draws nothing from its seed: each block is the plain
+    fit of its subsample (a forest's fits also draw their own seeds, tested below)."""
     stacked = _scorer(4).predict(TRAIN)
     assert stacked.copies == 4 and stacked.outputs.shape == (4 * len(BENCH), 2)
     assert np.array_equal(stacked.y_true, np.tile(BENCH.target.to_numpy(), 4))
