@@ -17,6 +17,9 @@ holding at least `FLIP_SHARE` of the pool that change between paid and rejected.
 (`pipeline.models.paired_fits`): each coalition is fitted K times on keyed subsamples and the
 game played on their stacked predictions (the expected game at small K); the pool's band over
 the K fits is printed beside each reference valuation.
+
+Faithfulness (`bench/_payout_faithfulness.py`): each scenario's reference valuation against the
+expected game stored by `python bench/expected_game.py`, when a fresh one is there.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench import _payout_faithfulness
 from bench._faithfulness_scale import scale_scenario
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
@@ -191,6 +195,7 @@ def _case(
         }
         found.append(row)
         on_row(row)
+    _payout_faithfulness.attach(found, reference)
     return found
 
 
@@ -225,7 +230,8 @@ def summary(rows: list[dict[str, Any]], fits: int = 1) -> tuple[list[str], float
             if part:
                 worst = max(r["share_move"] for r in part)
                 lines.append(f"{name}_{kind}_max_share_move_pct_of_pool: {worst:.2f}")
-    return lines, ratio
+    faithful_lines, faithful_ratio = _payout_faithfulness.summary(rows)
+    return lines + faithful_lines, max(ratio, faithful_ratio)
 
 
 def add_arguments(parser: Any) -> None:

@@ -46,7 +46,10 @@ lines before it give each of the two worst figures against its own goal (`cost_b
 `--parts payout` (bench/_payout.py, issue 35): the deployed payout again with one accepted row
 fewer, the rows reordered and another estimator seed; the largest paid-share move (goal <= 2 %
 of the pool), the pool's move (<= 10 %) and flips; `--quick` for 10,000 rows, batches of 2, two
-seeds, two draws. Alone, its `ratio:` is the worst figure over its goal.
+seeds, two draws. Where `python bench/expected_game.py` stored a fresh reference, each
+scenario's split and pool are also measured against the expected game (goals max(5, 1.5 x
+floor_split) % of the pool and floor_pool). Alone, its `ratio:` is the worst figure over its
+goal.
 """
 
 from __future__ import annotations
