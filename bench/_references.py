@@ -10,7 +10,9 @@ payout bench builds it. Fit k (k = 0..K-1) trains on the accepted rows kept by i
 90 % subsample, `keyed_uniform(row_keys(accepted, used columns), FIT_SALT + k) < 0.9`, plus the
 coalition's contribution rows. The subsample is of the accepted data only: a contribution's
 rows are always in. The same K subsamples serve every coalition. Each fit is the service's own
-(`BenchmarkScorer.predict`, one fit, the model's estimator and preprocessing).
+(the model's estimator and preprocessing) under a seed of its own, as the deployed paired fits
+draw theirs (`BenchmarkScorer.predict_fit`, seeds `REFERENCE_FIT + k`, apart from the deployed
+fits' 0..K-1): the game averages a forest's seed as well as its rows.
 
 The game of fits F (all K, or one half): m_F(S) = the mean over F of the benchmark scores with
 S's rows, and v_F(S) = (m_F(S) - m_F(∅)) / improvement_denominator(m_F(∅), metric floor) x 100,
@@ -41,10 +43,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from joblib import Parallel, delayed
 
 from bench import _expected_game, _faithfulness
 from bench._faithfulness_scale import scale_scenario
-from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import improvement_denominator, metric_score
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.row_keys import keyed_uniform, row_keys
@@ -57,6 +59,8 @@ KEEP = 0.9
 # Fit k's subsample salt is FIT_SALT + k: far from the folds' PAIRED_SALT and from the small
 # salts of a forest's trees and the surrogate's sample.
 FIT_SALT = 0x6578_7067_616D_0000  # "expgam" in ASCII
+# Fit k's seed is the catalog seed's paired fit REFERENCE_FIT + k: no deployed fit draws it.
+REFERENCE_FIT = 1_000
 ROOT = Path(__file__).resolve().parent.parent
 # The files whose text defines the game (the scenario's data, the fits, the scores, the split);
 # with `_SOURCES_IN_PART` (only what the game uses of a bench module) and the versions below.
@@ -68,6 +72,7 @@ SOURCES = (
     "pipeline/models/estimators.py",
     "pipeline/models/keyed_forest.py",
     "pipeline/models/one_hot.py",
+    "pipeline/models/paired_fits.py",
     "pipeline/models/preprocessing.py",
     "pipeline/models/row_keys.py",
     "pipeline/rewards/shapley.py",
@@ -107,22 +112,26 @@ def coalition_scores(
     base: pd.DataFrame,
     players: Sequence[Player],
     fits: int = FITS,
-    engine: FitEngine | None = None,
+    workers: int = 2,
 ) -> dict[Coalition, np.ndarray]:
     """Every coalition's K benchmark scores, fit k on subsample k of `base` plus its rows."""
-    engine = engine or FitEngine(workers=2)
     train = scorer.labelled(base)
+    run = Parallel(n_jobs=max(workers, 1), backend="threading")
     masks = subsample_masks(scorer, base, fits)
     jobs = [(c, k) for c in all_coalitions(len(players)) for k in range(fits)]
     found: dict[Coalition, np.ndarray] = {}
-    chunk = max(2 * engine.workers, 1)  # a few frames at a time: 100,000 rows each at scale
+    chunk = max(2 * workers, 1)  # a few frames at a time: 100,000 rows each at scale
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
         frames = [
             pd.concat([train[masks[k]], *(players[i].frame for i in sorted(c))], ignore_index=True)
             for c, k in part
         ]
-        for (c, k), predictions in zip(part, engine.predict_many(scorer, frames), strict=True):
+        calls = [
+            delayed(scorer.predict_fit)(frame, REFERENCE_FIT + k)
+            for frame, (_, k) in zip(frames, part, strict=True)
+        ]
+        for (c, k), predictions in zip(part, run(calls), strict=True):
             found.setdefault(c, np.full(fits, np.nan))[k] = metric_score(predictions)
     return found
 
@@ -225,14 +234,14 @@ def compute(
     players: int,
     seed: int,
     fits: int = FITS,
-    engine: FitEngine | None = None,
+    workers: int = 2,
     clock: Callable[[], float] | None = None,
 ) -> Reference:
     """The reference of the payout bench's scenario (module docstring)."""
     clock = clock or time.perf_counter
     started = clock()
     scorer, base, contributions = scale_scenario(accepted, players, 10 * players + seed, estimator)
-    scores = coalition_scores(scorer, base, contributions, fits, engine)
+    scores = coalition_scores(scorer, base, contributions, fits, workers)
     scenario = {"estimator": estimator, "accepted": accepted, "players": players, "seed": seed}
     return Reference(
         scenario,

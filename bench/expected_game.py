@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from threadpoolctl import threadpool_limits
 
 from bench import _references
-from pipeline.evaluation.fit_engine import FitEngine
 
 ESTIMATORS = "logistic_regression,random_forest_classifier,hist_gradient_boosting_classifier"
 SPLIT_GOAL = 5.0  # % of the pool: the faithfulness goal, before the floor widens it
@@ -55,7 +54,6 @@ def main() -> None:
     if args.fits < 2 or args.fits % 2:
         parser.error("--fits must be even (two halves)")
     threadpool_limits(1)
-    engine = FitEngine(workers=args.workers)
     digest = _references.code_digest()
     print(f"references: {_references.DIRECTORY.relative_to(_references.ROOT)}")
     print(f"code: {digest[:16]}")
@@ -72,7 +70,7 @@ def main() -> None:
                     found, status = _references.load(estimator, accepted, players, seed)
                     if found is None or found.fits < args.fits:
                         found = _references.compute(
-                            estimator, accepted, players, seed, args.fits, engine
+                            estimator, accepted, players, seed, args.fits, args.workers
                         )
                         _references.save(found)
                         status = "computed" if status == "missing" else f"computed ({status})"

@@ -150,6 +150,12 @@ class BenchmarkScorer:
             fits.append(self._predict_rows(train.iloc[kept], (used, keys[kept]), fit))
         return stack_copies(fits)
 
+    def predict_fit(self, train_df: pd.DataFrame, fit: int) -> Predictions:
+        """One fit on every labelled row of `train_df` under paired fit `fit`'s own seed
+        (`pipeline.models.paired_fits.fit_seed`): a fit of the expected game, whose subsample
+        the caller draws (`bench/_references.py`)."""
+        return self._predict_rows(self.labelled(train_df), fit=fit)
+
     def _predict_rows(
         self,
         train: pd.DataFrame,

@@ -14,7 +14,6 @@ import pytest
 
 from bench import _payout_faithfulness, _references
 from pipeline.demo.churn_data import churn_rows
-from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import BatchValuation, Player
@@ -22,12 +21,16 @@ from pipeline.rewards.valuation import BatchValuation, Player
 FITS = 4
 
 
-class RecordingEngine(FitEngine):
-    """One thread; remembers the length of every training frame."""
+class RecordingScorer(BenchmarkScorer):
+    """Remembers the length and the paired fit (its seed) of every training frame."""
 
-    def predict_many(self, scorer: BenchmarkScorer, frames: Any) -> list[Predictions]:
-        self.lengths.extend(len(f) for f in frames)  # type: ignore[attr-defined]
-        return super().predict_many(scorer, frames)
+    lengths: list[int]
+    seeds: list[int]
+
+    def predict_fit(self, train_df: pd.DataFrame, fit: int) -> Predictions:
+        self.lengths.append(len(train_df))
+        self.seeds.append(fit)
+        return super().predict_fit(train_df, fit)
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +38,15 @@ def tiny() -> dict[str, Any]:
     pool = pd.DataFrame(churn_rows(600, seed=5))
     base = pool[pool["contract"] != "two-year"].iloc[:300].reset_index(drop=True)
     players = [Player(f"c{i}", pd.DataFrame(churn_rows(150, seed=40 + i))) for i in range(2)]
-    scorer = BenchmarkScorer(
+    scorer = RecordingScorer(
         pd.DataFrame(churn_rows(400, seed=1)),
         task_type="classification",
         estimator="logistic_regression",
         target_column="churned",
         metric_name="accuracy",
     )
-    engine = RecordingEngine(workers=1)
-    object.__setattr__(engine, "lengths", [])
-    scores = _references.coalition_scores(scorer, base, players, FITS, engine)
+    scorer.lengths, scorer.seeds = [], []
+    scores = _references.coalition_scores(scorer, base, players, FITS, workers=1)
     reference = _references.Reference(
         {"estimator": "logistic_regression", "accepted": 300, "players": 2, "seed": 0},
         [p.key for p in players],
@@ -54,7 +56,7 @@ def tiny() -> dict[str, Any]:
         code="digest",
     )
     masks = _references.subsample_masks(scorer, base, FITS)
-    return {"reference": reference, "engine": engine, "masks": masks, "players": players}
+    return {"reference": reference, "scorer": scorer, "masks": masks, "players": players}
 
 
 def test_each_fit_keeps_a_keyed_subsample_of_the_accepted_rows_and_every_contribution_row(
@@ -68,7 +70,10 @@ def test_each_fit_keeps_a_keyed_subsample_of_the_accepted_rows_and_every_contrib
         for c in _references.all_coalitions(2)
         for k in range(FITS)
     ]
-    assert tiny["engine"].lengths == expected
+    assert tiny["scorer"].lengths == expected
+    # Fit k draws one seed of its own in every coalition, none a deployed paired fit's.
+    seeds = [_references.REFERENCE_FIT + k for _ in range(4) for k in range(FITS)]
+    assert tiny["scorer"].seeds == seeds
 
 
 def test_fractions_add_up_over_the_paid_players_and_halves_are_their_fits_games(
