@@ -129,7 +129,7 @@ def test_models_add_stores_paired_fits_and_models_list_shows_it(
     assert stored == 4
 
 
-@pytest.mark.parametrize("fits", [0, 17, True, 2.5, "4"])
+@pytest.mark.parametrize("fits", [0, MAX_PAIRED_FITS + 1, True, 2.5, "4"])
 def test_models_add_refuses_paired_fits_with_a_message_naming_the_field(
     cli_env: None, tmp_path: Path, db: Database, capsys: pytest.CaptureFixture[str], fits: object
 ) -> None:
