@@ -328,9 +328,10 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     exact = units <= settings.exact_max_players
     players = list(range(units))
     needed = coalitions_needed(players, settings.exact_max_players, settings.shapley_budget)
-    # K paired fits train each coalition K times: the budget counts the rows of every fit.
-    budget = settings.coalition_row_budget // game.scorer.paired_fits
-    if units == 1 or game.within_rows(needed, budget):
+    # The budget counts one fit's rows: an owner's K paired fits multiply the exact split's
+    # cost as they multiply every other fit, and a tree's split stays its own model's (the
+    # surrogate's split is a linear stand-in's).
+    if units == 1 or game.within_rows(needed, settings.coalition_row_budget):
         rounds = _play_rounds(game.value, game.prepare, units, settings, replay=False)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
     surrogate = SurrogateGame(
