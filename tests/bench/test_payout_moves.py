@@ -7,30 +7,11 @@ from __future__ import annotations
 import pytest
 
 from bench import _payout
-from pipeline.rewards.interval import Interval
-from pipeline.rewards.valuation import BatchValuation
-
-
-def _paid(shares: dict[str, float], rejected: tuple[str, ...] = ()) -> BatchValuation:
-    pool = sum(v for k, v in shares.items() if k not in rejected)
-    return BatchValuation(
-        metric_name="accuracy",
-        direction="higher_is_better",
-        score_without=0.8,
-        score_with=0.8 * (1 + pool / 100),
-        pool_pct=pool,
-        interval=Interval(pool / 2, pool * 1.5, 0.95, 200),
-        denominator=0.8,
-        method="exact",
-        players=len(shares),
-        accepted=[k for k in shares if k not in rejected],
-        rejected=dict.fromkeys(rejected, "share"),
-        shares=shares,
-    )
+from tests.bench.valuations import paid_batch
 
 
 def test_a_pool_that_grows_with_the_same_split_moves_the_pool_not_the_split() -> None:
-    moved = _payout.moves(_paid({"a": 3.0, "b": 1.0}), _paid({"a": 3.3, "b": 1.1}))
+    moved = _payout.moves(paid_batch({"a": 3.0, "b": 1.0}), paid_batch({"a": 3.3, "b": 1.1}))
     assert moved["share_move"] == pytest.approx(0.0, abs=1e-9)
     assert moved["pool_move"] == pytest.approx(10.0)
     assert moved["tokens_move"] == pytest.approx(7.5)  # a's 0.3 of a pool of 4
@@ -38,14 +19,16 @@ def test_a_pool_that_grows_with_the_same_split_moves_the_pool_not_the_split() ->
 
 
 def test_a_split_that_moves_under_the_same_pool_moves_the_split_and_the_tokens() -> None:
-    moved = _payout.moves(_paid({"a": 3.0, "b": 1.0}), _paid({"a": 2.0, "b": 2.0}))
+    moved = _payout.moves(paid_batch({"a": 3.0, "b": 1.0}), paid_batch({"a": 2.0, "b": 2.0}))
     assert moved["share_move"] == pytest.approx(25.0)
     assert moved["pool_move"] == pytest.approx(0.0, abs=1e-9)
     assert moved["tokens_move"] == pytest.approx(25.0)
 
 
 def test_a_contribution_that_turns_rejected_is_a_flip_and_takes_its_whole_fraction() -> None:
-    moved = _payout.moves(_paid({"a": 3.0, "b": 1.0}), _paid({"a": 3.0, "b": -0.1}, ("b",)))
+    moved = _payout.moves(
+        paid_batch({"a": 3.0, "b": 1.0}), paid_batch({"a": 3.0, "b": -0.1}, ("b",))
+    )
     assert moved["flips"] == 1
     assert moved["share_move"] == pytest.approx(25.0)  # a: 75 % -> 100 %, b: 25 % -> 0
 

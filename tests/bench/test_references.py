@@ -16,7 +16,8 @@ from bench import _payout_faithfulness, _references
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.metrics import Predictions
 from pipeline.evaluation.scorer import BenchmarkScorer
-from pipeline.rewards.valuation import BatchValuation, Player
+from pipeline.rewards.valuation import Player
+from tests.bench.valuations import paid_batch
 
 FITS = 4
 
@@ -140,35 +141,18 @@ def test_a_reference_made_by_other_code_is_stale(tiny: dict[str, Any], tmp_path:
     assert _references.load("logistic_regression", 300, 4, 0, stored, before) == (None, "missing")
 
 
-def valuation(shares: dict[str, float]) -> BatchValuation:
-    pool = sum(shares.values())
-    return BatchValuation(
-        metric_name="accuracy",
-        direction="higher_is_better",
-        score_without=0.8,
-        score_with=0.8 * (1 + pool / 100),
-        pool_pct=pool,
-        interval=None,
-        denominator=0.8,
-        method="exact",
-        players=len(shares),
-        accepted=list(shares),
-        shares=shares,
-    )
-
-
 def test_faithfulness_is_zero_for_the_reference_and_large_when_a_share_moves(
     tiny: dict[str, Any],
 ) -> None:
     reference = tiny["reference"]
     split = reference.split()
-    same = valuation(dict(zip(reference.keys, split.fractions * split.pool, strict=True)))
+    same = paid_batch(dict(zip(reference.keys, split.fractions * split.pool, strict=True)))
     found = _payout_faithfulness.figures(same, reference)
     assert found["faithful_split"] == pytest.approx(0.0, abs=1e-9)
     assert found["faithful_pool"] == pytest.approx(0.0, abs=1e-9)
     assert found["split_goal"] >= _payout_faithfulness.SPLIT_GOAL
 
-    moved = valuation(dict(zip(reference.keys, split.fractions[::-1] * split.pool, strict=True)))
+    moved = paid_batch(dict(zip(reference.keys, split.fractions[::-1] * split.pool, strict=True)))
     figures = _payout_faithfulness.figures(moved, reference)
     spread = abs(split.fractions[0] - split.fractions[1]) * 100
     assert figures["faithful_split"] == pytest.approx(spread)
@@ -187,7 +171,7 @@ def test_without_a_reference_the_case_says_which_command_makes_it(
     tiny: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = [{"estimator": "no_such_estimator", "accepted": 300, "players": 2, "seed": 0}]
-    _payout_faithfulness.attach(rows, valuation({"c0": 1.0, "c1": 1.0}))
+    _payout_faithfulness.attach(rows, paid_batch({"c0": 1.0, "c1": 1.0}))
     assert rows[0]["faithful"] is None
     assert "python bench/expected_game.py --estimators no_such_estimator" in capsys.readouterr().out
     lines, ratio = _payout_faithfulness.summary(rows)
