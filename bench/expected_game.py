@@ -51,8 +51,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.estimators, args.accepted, args.players, args.seeds = ESTIMATORS, "10000", "2", "0,1"
-    if args.fits < 2 or args.fits % 2:
-        parser.error("--fits must be even (two halves)")
+    if args.fits < _references.FITS or args.fits % 2:
+        parser.error(f"--fits must be even (two halves) and at least {_references.FITS}")
     threadpool_limits(1)
     digest = _references.code_digest()
     print(f"references: {_references.DIRECTORY.relative_to(_references.ROOT)}")

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_PAIRED_FITS = 1
-# Room for the fits a tree model needs to meet issue 35's stability goals (the payout bench
-# prints them as `fits_for_goals`; docs/benchmarks.md).
+# Room for what a forest needs to meet issue 35's stability goals (the payout bench prints
+# `fits_for_goals`; docs/benchmarks.md); a cap, since every fit is the service's compute.
 MAX_PAIRED_FITS = 128
 # Each fit leaves out one fold: with 10 folds it keeps about 90 % of the rows (the expected
 # game of issue 35 uses 90 % subsamples); a K above 10 uses K folds.
