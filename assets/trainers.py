@@ -104,6 +104,9 @@ class GatedMessageReader(dg.PipesFileMessageReader):
         with os.fdopen(os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as stream:
             pending = b""
             while not gate.done:
+                # Taken before the read: the session may write its last lines and close
+                # between an empty read and the check, so only an empty read after it ends.
+                complete = is_resource_complete.is_set()
                 chunk = stream.readline(MAX_LINE_BYTES + 1 - len(pending))
                 pending += chunk
                 if pending.endswith(b"\n") or len(pending) > MAX_LINE_BYTES:
@@ -112,7 +115,7 @@ class GatedMessageReader(dg.PipesFileMessageReader):
                     if message is not None:
                         handler.handle_message(message)
                 elif not chunk:
-                    if is_resource_complete.is_set():
+                    if complete:
                         break
                     time.sleep(0.05)
         summary = gate.summary()

@@ -77,6 +77,34 @@ def test_closed_ends_reading_and_loses_its_exception_text(tmp_path: Path) -> Non
     ]
 
 
+class ClosesAtTheSecondLook(threading.Event):
+    """A session that writes its last line and closes between the reader's empty read and its
+    check, the race a CI run once lost a `closed` message to."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path, self._looks = path, 0
+
+    def is_set(self) -> bool:
+        self._looks += 1
+        if self._looks == 2:
+            with self._path.open("a") as fh:
+                fh.write(line("closed") + "\n")
+            self.set()
+        return super().is_set()
+
+
+def test_lines_written_just_before_the_session_closes_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "messages.jsonl"
+    path.touch()
+    handler = Handler()
+    reader = GatedMessageReader(str(path), Log(), time.monotonic() + 60)
+    reader._reader_thread(handler, ClosesAtTheSecondLook(path))
+    assert handler.messages == [
+        {"__dagster_pipes_version": "0.1", "method": "closed", "params": {}}
+    ]
+
+
 def test_reading_stops_at_the_deadline_while_the_file_still_grows(tmp_path: Path) -> None:
     path = tmp_path / "messages.jsonl"
     path.touch()
