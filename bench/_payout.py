@@ -2,8 +2,9 @@
 no supplier controls (issue 35).
 
 Each scenario is `scale_scenario` (demo churn without two-year contracts, `players`
-contributions of 1,000 rows with seeded label noise, a 10,000-row benchmark), valued as the
-service values it (`value_batch` with the deployed settings). Then again:
+contributions of 1,000 rows with seeded label noise, a 10,000-row benchmark), or for
+`loan_trainer` the loan demo's owner trainer on its own such scenario (`bench/_scenarios.py`),
+valued as the service values it (`value_batch` with the deployed settings). Then again:
 
 - with one accepted row fewer (`draws` rows, drawn with a fixed seed),
 - with the accepted rows reordered,
@@ -34,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from bench import _payout_faithfulness
-from bench._faithfulness_scale import scale_scenario
+from bench._scenarios import scenario
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models import estimators
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
@@ -60,9 +61,10 @@ def with_paired_fits(scorer: BenchmarkScorer, fits: int) -> BenchmarkScorer:
 
 @contextmanager
 def other_seed(estimator: str) -> Iterator[None]:
-    """The catalog's seed of `estimator` replaced by `OTHER_SEED` (if it has one)."""
-    kind = estimators.CATALOG[estimator]
-    if "random_state" not in kind.fixed:
+    """The catalog's seed of `estimator` replaced by `OTHER_SEED` (if it has one; the owner's
+    trainer draws its own, so for it this is the same valuation again)."""
+    kind = estimators.CATALOG.get(estimator)
+    if kind is None or "random_state" not in kind.fixed:
         yield
         return
     fixed = {**kind.fixed, "random_state": OTHER_SEED}
@@ -142,7 +144,7 @@ def measure_payout(
         for accepted in accepted_sizes:
             for players in sizes:
                 for seed in seeds:
-                    scorer, base, contributions = scale_scenario(
+                    scorer, base, contributions = scenario(
                         accepted, players, 10 * players + seed, estimator
                     )
                     if fits > 1:

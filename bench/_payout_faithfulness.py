@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import _references
+from bench import _references, _scenarios
 from pipeline.rewards.valuation import SHARE_REJECTED, BatchValuation
 
 SPLIT_GOAL = 5.0  # % of the pool
@@ -75,7 +75,7 @@ def attach(rows: list[dict[str, Any]], valuation: BatchValuation) -> None:
         return
     first = rows[0]
     scenario = (first["estimator"], first["accepted"], first["players"], first["seed"])
-    reference, status = _references.load(*scenario)
+    reference, status = _scenarios.load(*scenario)
     found = None if reference is None else figures(valuation, reference)
     for row in rows:
         row["faithful"] = found

@@ -17,7 +17,8 @@ of the pool: the share of that goal the reference's own noise takes (<= 1: a spl
 goal can be told from the reference's noise; the payout bench's goal is max(5, 1.5 x floor)).
 
 `--quick`: the payout bench's quick slice (10,000 accepted rows, batches of 2, seeds 0 and 1,
-logistic regression, random forest and HistGradientBoosting).
+logistic regression, random forest and HistGradientBoosting). `--estimators loan_trainer`: the
+loan demo's own train.py in the sandbox, on the loan scenario (`bench/_scenarios.py`).
 
 Not `bench/_expected_game.py`, the faithfulness part's forest-only reference (seed blocks).
 """
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from threadpoolctl import threadpool_limits
 
-from bench import _references
+from bench import _references, _scenarios
 
 ESTIMATORS = "logistic_regression,random_forest_classifier,hist_gradient_boosting_classifier"
 SPLIT_GOAL = 5.0  # % of the pool: the issue's faithfulness goal, before the floor widens it
@@ -67,9 +68,9 @@ def main() -> None:
         for accepted in map(int, args.accepted.split(",")):
             for players in map(int, args.players.split(",")):
                 for seed in map(int, args.seeds.split(",")):
-                    found, status = _references.load(estimator, accepted, players, seed)
+                    found, status = _scenarios.load(estimator, accepted, players, seed)
                     if found is None or found.fits < args.fits:
-                        found = _references.compute(
+                        found = _scenarios.compute(
                             estimator, accepted, players, seed, args.fits, args.workers
                         )
                         _references.save(found)
