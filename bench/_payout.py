@@ -8,7 +8,8 @@ valued as the service values it (`value_batch` with the deployed settings). Then
 
 - with one accepted row fewer (`draws` rows, drawn with a fixed seed),
 - with the accepted rows reordered,
-- with another seed of the estimator (its catalog `random_state`, which an owner cannot set).
+- with another seed of the estimator (its catalog `random_state`, which an owner cannot set;
+  not for the owner's trainer, which draws its own).
 
 Per perturbation: the largest move of a paid share in % of the reference pool (a rejected
 contribution is paid 0), the move of the paid pool in % of it, and the flips: contributions
@@ -59,10 +60,15 @@ def with_paired_fits(scorer: BenchmarkScorer, fits: int) -> BenchmarkScorer:
     )
 
 
+def has_seed(estimator: str) -> bool:
+    """Whether the service sets `estimator`'s seed (the owner's trainer draws its own)."""
+    kind = estimators.CATALOG.get(estimator)
+    return kind is not None and "random_state" in kind.fixed
+
+
 @contextmanager
 def other_seed(estimator: str) -> Iterator[None]:
-    """The catalog's seed of `estimator` replaced by `OTHER_SEED` (if it has one; the owner's
-    trainer draws its own, so for it this is the same valuation again)."""
+    """The catalog's seed of `estimator` replaced by `OTHER_SEED` (if it has one)."""
     kind = estimators.CATALOG.get(estimator)
     if kind is None or "random_state" not in kind.fixed:
         yield
@@ -173,6 +179,8 @@ def _case(
     reference = value(base)
     found = []
     for name, accepted, reseed in perturbations(scorer, base, draws, seed):
+        if reseed and not has_seed(estimator):
+            continue  # the same valuation again
         if reseed:
             with other_seed(estimator):
                 other = value(accepted)

@@ -51,8 +51,15 @@ def test_loan_references_are_fresh_only_under_the_loan_digest(tmp_path: Path) ->
         )
 
 
-def test_another_seed_of_the_owners_trainer_is_the_same_valuation_again() -> None:
-    """The owner's code draws its own seed; the catalog is left alone."""
+def test_the_owners_trainer_has_no_seed_of_the_services_to_change() -> None:
+    """The owner's code draws its own seed: no "seed" perturbation, and the catalog is left
+    alone; a catalog forest's seed is changed and restored."""
+    assert not _payout.has_seed(_scenarios.LOAN_TRAINER)
+    assert _payout.has_seed("random_forest_classifier")
     before = dict(estimators.CATALOG)
     with _payout.other_seed(_scenarios.LOAN_TRAINER):
         assert before == estimators.CATALOG
+    with _payout.other_seed("random_forest_classifier"):
+        forest = estimators.CATALOG["random_forest_classifier"]
+        assert forest.fixed["random_state"] == _payout.OTHER_SEED
+    assert before == estimators.CATALOG
