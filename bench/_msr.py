@@ -11,7 +11,7 @@ metric on the benchmark. Copies have one key, so they are always in or out toget
 
 - **Banzhaf (MSR)**: phi_i = mean(score | i in) - mean(score | i out), over all M fits. A
   contribution with phi <= 0 is rejected; the rest share the pool in proportion to phi (one
-  round: rejecting changes no other phi's sign by a replay here).
+  round: the rest's values are not estimated again without the rejected).
 - **MSR-Shapley**: the M fits estimate each coalition's mean score (the fits whose heads are
   exactly it), and exact Shapley is played on those means in rounds, as the service plays
   (`_expected_game.paid_fractions`). A coalition no fit drew gets the additive least-squares
