@@ -115,6 +115,14 @@ query PartitionStatuses($asset: AssetKeyInput!) {
 """
 
 
+def create_instance_storage(home: Path) -> None:
+    """Create the instance's SQLite storage in `home` once, before any Dagster process starts:
+    processes that open an empty DAGSTER_HOME together race to migrate it, and the loser
+    fails with alembic's CommandError."""
+    with dg.DagsterInstance.from_config(str(home)):
+        pass
+
+
 @contextmanager
 def dagster_webserver(home: Path, port: int, settings: Settings) -> Iterator[str]:
     """`dagster-webserver` on the workspace and the instance in `home`, stopped on exit."""
@@ -221,6 +229,7 @@ def test_dagster_ui_shows_each_version_of_a_debounced_run_on_its_partition(
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
+    create_instance_storage(home)
     store = LocalObjectStore(settings.objects_dir)
     spec_id, bench = add_benchmark(db, store)
     bad_id, bad = contribute(db, store, churn_rows(30, seed=9), user="mallory")

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 import yaml
 from pydantic import SecretStr
@@ -35,7 +34,7 @@ from pipeline.demo.churn_data import churn_rows
 from pipeline.models.definitions import demo_definition
 from pipeline.models.registry import register_model
 from pipeline.store.objectstore import LocalObjectStore
-from tests.assets.test_dagster_ui import GraphQL, entries
+from tests.assets.test_dagster_ui import GraphQL, create_instance_storage, entries
 from tests.cli.test_dev_command import free_port
 from tests.conftest import TEST_ADMIN_TOKEN, TEST_JWT_SECRET
 from tests.support.pipeline import WALLET_A, add_benchmark, contribute, job, manifest
@@ -204,10 +203,7 @@ def dagster(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
     config["run_coordinator"]["config"] = {"dequeue_interval_seconds": 1}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    # The instance's SQLite storage is created here, once: a webserver and a daemon started
-    # together on an empty DAGSTER_HOME race to migrate it (alembic CommandError).
-    with dg.DagsterInstance.from_config(str(home)):
-        pass
+    create_instance_storage(home)  # the webserver and the daemon start together
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
