@@ -4,10 +4,11 @@ model's pool (issue 35), against the deployed split, both against the expected g
     python bench/msr_split.py
     python bench/msr_split.py --estimators random_forest_classifier --msr-fits 32 --draws 1
 
-The scenario is the payout bench's (`scale_scenario(accepted, players, 10 * players + seed,
-estimator)`): 4 contributions of 1,000 rows, 10,000 accepted rows, seed 0, the model's
-`paired_fits` K = 16. It is valued, on the accepted rows and on each perturbation of
-`bench/_payout.py` (one accepted row fewer, `--draws` times; reordered; another catalog seed):
+The scenario is the payout bench's (`bench/_scenarios.py`: `scenario(accepted, players,
+10 * players + seed, estimator)`): 4 contributions of 1,000 rows, 10,000 accepted rows,
+seed 0, the model's `paired_fits` K = 16. It is valued, on the accepted rows and on each
+perturbation of `bench/_payout.py` (one accepted row fewer, `--draws` times; reordered;
+another catalog seed, where the service sets one):
 
 - `deployed`: `value_batch` with the deployed settings, as the payout bench values it (its
   method is printed: within the coalition row budget the estimator plays every coalition);
@@ -43,8 +44,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from bench import _msr, _payout, _payout_faithfulness, _references
-from bench._faithfulness_scale import scale_scenario
+from bench import _msr, _payout, _payout_faithfulness, _scenarios
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.valuation import BatchValuation, Player, ValuationSettings, value_batch
@@ -105,15 +105,17 @@ def measure(
 ) -> tuple[list[str], float | None]:
     """The estimator's case lines and figures, and msr_banzhaf's faithfulness ratio at 2K."""
     seed, players = args.seed, args.players
-    scorer, base, contributions = scale_scenario(
+    scorer, base, contributions = _scenarios.scenario(
         args.accepted, players, 10 * players + seed, estimator
     )
     scorer = _payout.with_paired_fits(scorer, args.fits)
-    reference, status = _references.load(estimator, args.accepted, players, seed)
+    reference, status = _scenarios.load(estimator, args.accepted, players, seed)
     valued = value_all(scorer, base, contributions, settings, args.msr_fits)
     show(estimator, "base", valued)
     moved: dict[str, list[dict[str, float]]] = {case: [] for case in valued}
     for name, accepted, reseed in _payout.perturbations(scorer, base, args.draws, seed):
+        if reseed and not _payout.has_seed(estimator):
+            continue  # the owner's trainer draws its own seed: the same valuation again
         with _payout.other_seed(estimator) if reseed else contextlib.nullcontext():
             other = value_all(scorer, accepted, contributions, settings, args.msr_fits)
         show(estimator, name, other)
