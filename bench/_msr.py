@@ -31,11 +31,12 @@ import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed
 
+from bench import _references
 from bench._expected_game import paid_fractions
 from pipeline.evaluation.metrics import Predictions, metric_score
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.models.paired_fits import paired_mask
-from pipeline.models.row_keys import keyed_uniform, row_keys
+from pipeline.models.row_keys import keyed_uniform
 from pipeline.rewards.interval import improvement_interval
 from pipeline.rewards.players import frame_fingerprints
 from pipeline.rewards.shapley import Coalition
@@ -67,8 +68,7 @@ def coins(keys: np.ndarray, fits: int) -> np.ndarray:
 
 def fold_masks(scorer: BenchmarkScorer, base: pd.DataFrame, paired: int) -> list[np.ndarray]:
     """Which accepted rows paired fit k of `paired` keeps, for each k (its keyed folds)."""
-    train = scorer.labelled(base)
-    keys = row_keys(train, [*scorer.feature_columns(train), scorer.target_column])
+    keys = _references.accepted_keys(scorer, base)
     return [paired_mask(keys, k, paired) for k in range(paired)]
 
 

@@ -20,9 +20,11 @@ sign-flipped when lower is better. Its split is played as the service plays it (
 Shapley value is <= 0 leave, the rest play again: `paid_fractions`); its pool is v_F(players
 left), 0 when none is left. Fractions are each player's share of that pool, 0 when it left.
 
-Floors, from half A (fits 0..K/2-1) and half B (fits K/2..K-1), two independent games:
+Floors, from a halving of the K fits into halves A and B, two independent games:
 - floor_split = max over players of |fraction in A - fraction in B|, in % of the pool;
-- floor_pool = |pool of A - pool of B|, in % of the full game's pool (100 when that is <= 0).
+- floor_pool = |pool of A - pool of B|, in % of the full game's pool (100 when that is <= 0);
+each the mean over `HALVINGS` seeded random halvings (every halving when there are fewer). One
+halving is a draw of two numbers: on the same 16 fits its floor_pool ranged from 1 to 21.
 
 A stored reference carries `code`, a digest of what defines the game (`code_digest`); one made
 by other code is stale, and `load` says so instead of returning it.
@@ -61,6 +63,8 @@ KEEP = 0.9
 FIT_SALT = 0x6578_7067_616D_0000  # "expgam" in ASCII
 # Fit k's seed is the catalog seed's paired fit REFERENCE_FIT + k: no deployed fit draws it.
 REFERENCE_FIT = 1_000
+HALVINGS = 256
+HALVING_SEED = 35
 ROOT = Path(__file__).resolve().parent.parent
 # The files whose text defines the game (the scenario's data, the fits, the scores, the split);
 # with `_SOURCES_IN_PART` (only what the game uses of a bench module) and the versions below.
@@ -99,11 +103,15 @@ def all_coalitions(n: int) -> list[Coalition]:
     return [frozenset(c) for size in range(n + 1) for c in combinations(range(n), size)]
 
 
+def accepted_keys(scorer: BenchmarkScorer, base: pd.DataFrame) -> np.ndarray:
+    """The row keys of the labelled accepted rows, over the columns the model uses."""
+    train = scorer.labelled(base)
+    return row_keys(train, [*scorer.feature_columns(train), scorer.target_column])
+
+
 def subsample_masks(scorer: BenchmarkScorer, base: pd.DataFrame, fits: int) -> list[np.ndarray]:
     """Which accepted rows fit k keeps, for each k (module docstring)."""
-    train = scorer.labelled(base)
-    used = [*scorer.feature_columns(train), scorer.target_column]
-    keys = row_keys(train, used)
+    keys = accepted_keys(scorer, base)
     return [keyed_uniform(keys, FIT_SALT + k) < KEEP for k in range(fits)]
 
 
@@ -160,32 +168,41 @@ class Reference:
     def fits(self) -> int:
         return len(self.scores[frozenset()])
 
-    def value(self, fits: slice) -> Callable[[Coalition], float]:
+    def value(self, fits: slice | np.ndarray) -> Callable[[Coalition], float]:
         """v_F of the fits `fits` (module docstring)."""
         without = float(np.mean(self.scores[frozenset()][fits]))
         denominator = improvement_denominator(without, self.metric_floor)
         sign = 1.0 if self.higher_is_better else -1.0
         return lambda c: sign * (float(np.mean(self.scores[c][fits])) - without) / denominator * 100
 
-    def split(self, fits: slice = slice(None)) -> Split:
+    def split(self, fits: slice | np.ndarray = slice(None)) -> Split:
         value = self.value(fits)
         fractions, _ = _expected_game.paid_fractions(value, len(self.keys))
         kept = frozenset(int(i) for i in np.flatnonzero(fractions > 0))
         return Split(fractions, value(kept) if kept else 0.0)
 
-    def halves(self) -> tuple[Split, Split]:
+    def halvings(self) -> list[np.ndarray]:
+        """Half A's fits of each halving of the floors (module docstring); B is the rest."""
         half = self.fits // 2
-        return self.split(slice(0, half)), self.split(slice(half, self.fits))
+        if math.comb(self.fits, half) // 2 <= HALVINGS:  # each halving once: fit 0 in A
+            return [np.array((0, *rest)) for rest in combinations(range(1, self.fits), half - 1)]
+        rng = np.random.default_rng(HALVING_SEED)
+        return [np.sort(rng.choice(self.fits, half, replace=False)) for _ in range(HALVINGS)]
+
+    def halves(self, a: np.ndarray) -> tuple[Split, Split]:
+        return self.split(a), self.split(np.setdiff1d(np.arange(self.fits), a))
 
     def floors(self) -> tuple[float, float]:
         """(floor_split, floor_pool) in % (module docstring)."""
-        a, b = self.halves()
         pool = self.split().pool
-        split = float(np.max(np.abs(a.fractions - b.fractions))) * 100.0
-        return split, abs(a.pool - b.pool) / pool * 100.0 if pool > 0 else 100.0
+        splits, pools = [], []
+        for a, b in map(self.halves, self.halvings()):
+            splits.append(float(np.max(np.abs(a.fractions - b.fractions))) * 100.0)
+            pools.append(abs(a.pool - b.pool) / pool * 100.0 if pool > 0 else 100.0)
+        return float(np.mean(splits)), float(np.mean(pools))
 
     def to_json(self) -> dict[str, Any]:
-        full, (a, b) = self.split(), self.halves()
+        full = self.split()
         floor_split, floor_pool = self.floors()
         return {
             "scenario": self.scenario,
@@ -197,7 +214,7 @@ class Reference:
             "seconds": round(self.seconds, 1),
             "pool_pct": full.pool,
             "fractions": dict(zip(self.keys, full.fractions.tolist(), strict=True)),
-            "halves": [{"pool_pct": h.pool, "fractions": h.fractions.tolist()} for h in (a, b)],
+            "halvings": len(self.halvings()),
             "floor_split_pct_of_pool": floor_split,
             "floor_pool_pct": floor_pool,
             # Each coalition (its players' indices joined by ",") to its K scores, fit by fit.

@@ -3,6 +3,7 @@ faithfulness figures against them (`bench/_payout_faithfulness.py`), on a tiny s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -85,7 +86,8 @@ def test_fractions_add_up_over_the_paid_players_and_halves_are_their_fits_games(
     assert split.pool > 0
     assert split.fractions.sum() == pytest.approx(1.0)
     assert (split.fractions >= 0).all()
-    for fits, half in zip((slice(0, 2), slice(2, 4)), reference.halves(), strict=True):
+    halves = [reference.halves(np.array(a)) for a in ((0, 1), (0, 2), (0, 3))]
+    for half, fits in zip(halves[0], ([0, 1], [2, 3]), strict=True):
         alone = _references.Reference(
             reference.scenario,
             reference.keys,
@@ -100,10 +102,25 @@ def test_fractions_add_up_over_the_paid_players_and_halves_are_their_fits_games(
         full = frozenset({0, 1})
         gain = (np.mean(reference.scores[full][fits]) - without) / max(without, 1e-12) * 100
         assert alone.value(slice(None))(full) == pytest.approx(gain)
-    a, b = reference.halves()
+    # Four fits halve three ways, each once: the floors are the mean over the three.
+    assert [a.tolist() for a in reference.halvings()] == [[0, 1], [0, 2], [0, 3]]
     floor_split, floor_pool = reference.floors()
-    assert floor_split == pytest.approx(np.max(np.abs(a.fractions - b.fractions)) * 100)
-    assert floor_pool == pytest.approx(abs(a.pool - b.pool) / split.pool * 100)
+    splits = [np.max(np.abs(a.fractions - b.fractions)) * 100 for a, b in halves]
+    pools = [abs(a.pool - b.pool) / split.pool * 100 for a, b in halves]
+    assert floor_split == pytest.approx(np.mean(splits))
+    assert floor_pool == pytest.approx(np.mean(pools))
+    assert len({round(p, 9) for p in pools}) > 1  # a single halving would be one of them
+
+
+def test_sixteen_fits_are_halved_by_a_seeded_sample(tiny: dict[str, Any]) -> None:
+    reference = tiny["reference"]
+    sixteen = dataclasses.replace(
+        reference, scores={c: np.tile(s, 4) for c, s in reference.scores.items()}
+    )
+    halvings = sixteen.halvings()
+    assert len(halvings) == _references.HALVINGS  # of the 6,435 there are
+    assert all(len(a) == 8 and len(set(a.tolist())) == 8 for a in halvings)
+    assert [a.tolist() for a in halvings] == [a.tolist() for a in sixteen.halvings()]
 
 
 def test_a_reference_survives_its_json(tiny: dict[str, Any], tmp_path: Path) -> None:
