@@ -9,8 +9,8 @@ Per scenario, for its reference valuation (the deployed `value_batch` on the unp
   is paid. A batch the significance gate holds back is still compared by the split it made;
   whether it is paid is the stability figures' business. Goal: max(5, 1.5 x floor_split).
 - faithful_pool = |deployed pool - reference pool| in % of the reference pool (the pool the
-  valuation measured, paid or not). Goal: floor_pool, at least `MIN_POOL_GOAL`, so that two
-  halves that happen to agree do not set a goal nothing meets.
+  valuation measured, paid or not). Goal: floor_pool, at least `MIN_POOL_GOAL`, so that a
+  reference whose halves happen to agree does not set a goal nothing meets.
 
 A reference pool <= 0 (the expected game pays nothing) has no pool figure; its split figure is
 100 when the deployed split keeps anyone. A scenario without a fresh stored reference has no

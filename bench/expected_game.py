@@ -10,9 +10,9 @@ Each reference is written to `bench/references/` as JSON, named by its scenario 
 digest of the code that made it. A scenario whose reference is there and fresh (same code) is
 skipped. Two fit threads, one native thread per fit.
 
-Per scenario: its seconds, the pool (% improvement), floor_split (how far the splits of the two
+Per scenario: its seconds, the pool (% improvement), floor_split (how far the splits of two
 halves of the K fits are apart, % of the pool) and floor_pool (how far their pools are, % of the
-pool). Then `floor_split_mean` and `ratio:` = floor_split_mean / 5, the faithfulness goal's 5 %
+pool), each the mean over many halvings. Then `floor_split_mean` and `ratio:` = floor_split_mean / 5, the faithfulness goal's 5 %
 of the pool: the share of that goal the reference's own noise takes (<= 1: a split within the
 goal can be told from the reference's noise; the payout bench's goal is max(5, 1.5 x floor)).
 
