@@ -12,9 +12,10 @@ skipped. Two fit threads, one native thread per fit.
 
 Per scenario: its seconds, the pool (% improvement), floor_split (how far the splits of two
 halves of the K fits are apart, % of the pool) and floor_pool (how far their pools are, % of the
-pool), each the mean over many halvings. Then `floor_split_mean` and `ratio:` = floor_split_mean / 5, the faithfulness goal's 5 %
-of the pool: the share of that goal the reference's own noise takes (<= 1: a split within the
-goal can be told from the reference's noise; the payout bench's goal is max(5, 1.5 x floor)).
+pool), each the mean over many halvings. Then `floor_split_mean` and `ratio:` =
+floor_split_mean / 5, the faithfulness goal's 5 % of the pool: the share of that goal the
+reference's own noise takes (<= 1: a split within the goal can be told from the reference's
+noise; the payout bench's goal is max(5, 1.5 x floor)).
 
 `--quick`: the payout bench's quick slice (10,000 accepted rows, batches of 2, seeds 0 and 1,
 logistic regression, random forest and HistGradientBoosting). `--estimators loan_trainer`: the

@@ -56,8 +56,11 @@ class Settings(BaseSettings):
     valuation_exact_max_players: int = Field(default=6, ge=1, le=10)
     valuation_shapley_budget: int = Field(default=128, ge=2, le=100_000)
     # Shares of larger batches (docs/valuation-scale.md): the model's estimator plays every
-    # coalition while their training rows add up to at most this; beyond, the surrogate game.
+    # coalition while their training rows add up to at most this; beyond, on a keyed sample of
+    # the accepted rows that fits it, of at least `valuation_sample_min_rows`; else the
+    # surrogate game.
     valuation_coalition_row_budget: int = Field(default=200_000, ge=0)
+    valuation_sample_min_rows: int = Field(default=10_000, ge=1)
     valuation_surrogate_max_base_rows: int = Field(default=20_000, ge=100)
     # A dask.distributed scheduler the fits run on; unset: this process. In production a
     # scheduler off this host must be tls:// with the client certificate below (mutual TLS).

@@ -36,7 +36,7 @@ from pipeline.rewards.manifests import (
     encode_manifest,
     parse_manifest,
 )
-from pipeline.rewards.valuation import valuation_view
+from pipeline.rewards.valuation_view import valuation_view
 from pipeline.store.formats import PARQUET
 from pipeline.store.objectstore import ObjectStore
 from pipeline.triggers.debounce import run_request_due

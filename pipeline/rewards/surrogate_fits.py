@@ -372,7 +372,7 @@ def _chord_inverses(
         except np.linalg.LinAlgError:
             pass
         # Imported here: SciPy's linear algebra adds about 20 MB to the RSS of every process
-        # that imports this module (the API's, through `valuation_view`), which never fits.
+        # that imports this module (the API's, through the valuation modules), which never fits.
         from scipy.linalg import cho_factor, cho_solve
 
         for row, i in enumerate(ids):

@@ -17,9 +17,11 @@ so a sabotaged or near-zero baseline cannot turn a modest gain into thousands of
   rest sampled in complementary pairs with a fixed seed (`kernel_coalitions`). So the cost of
   a large batch grows with the size of its training sets, not with its players' count.
 - **Large batches**: when those coalitions would train more than `coalition_row_budget` rows
-  in all, the shares are the Shapley values of the surrogate game of
-  `pipeline.rewards.surrogate` (no model per coalition), scaled to the pool the estimator
-  measures; the pool and its interval are always the estimator's. "Without" may be given (the
+  in all, the estimator plays them on a keyed sample of the accepted rows that fits the budget
+  (`pipeline.rewards.sample_game`); when no sample of `sample_min_rows` fits, or beyond
+  `exact_max_players`, the surrogate game of `pipeline.rewards.surrogate` does (no model per
+  coalition). Either game's shares are scaled to the pool the estimator measures on all the
+  accepted rows; the pool and its interval are always the estimator's. "Without" may be given (the
   cache of `pipeline.evaluation.without_cache`); the models still trained run on the fit
   engine (`pipeline.evaluation.fit_engine`: threads, or a dask cluster).
 - **Copies**: contributions with identical rows are one player, trained on once; its value
@@ -48,11 +50,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from pipeline.checks.disclosure import submitter_integrity
 from pipeline.evaluation.fit_engine import FitEngine
 from pipeline.evaluation.metrics import (
     Predictions,
@@ -63,6 +64,7 @@ from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.interval import Interval, improvement_interval
 from pipeline.rewards.players import Player as Player
 from pipeline.rewards.players import frame_fingerprints
+from pipeline.rewards.sample_game import keyed_sample, sample_size
 from pipeline.rewards.shapley import (
     Coalition,
     coalitions_needed,
@@ -73,7 +75,7 @@ from pipeline.rewards.shapley import (
 from pipeline.rewards.shapley import (
     kernel_coalitions as kernel_coalitions,
 )
-from pipeline.rewards.stability import Stability, band_view, copy_pools, pool_stability
+from pipeline.rewards.stability import Stability, copy_pools, pool_stability
 from pipeline.rewards.surrogate import SurrogateGame
 
 if TYPE_CHECKING:
@@ -81,9 +83,11 @@ if TYPE_CHECKING:
 
 
 # How the shares were computed: Shapley values exact or sampled (KernelSHAP), of the game
-# played with the model's estimator or with the surrogate (pipeline.rewards.surrogate).
+# played with the model's estimator (on all the accepted rows, or on a keyed sample of them:
+# pipeline.rewards.sample_game) or with the surrogate (pipeline.rewards.surrogate).
 EXACT = "exact"
 SAMPLED = "kernel_shap"
+SAMPLE_EXACT = "sample_exact"
 SURROGATE_EXACT = "surrogate_exact"
 SURROGATE_SAMPLED = "surrogate_kernel"
 # Whether "without" came from the cache (pipeline.evaluation.without_cache) or was trained.
@@ -102,6 +106,7 @@ class ValuationSettings:
     shapley_budget: int = 128
     coalition_row_budget: int = 200_000
     surrogate_max_base_rows: int = 20_000
+    sample_min_rows: int = 10_000
     engine: FitEngine = field(default_factory=FitEngine)
 
     @classmethod
@@ -113,6 +118,7 @@ class ValuationSettings:
             shapley_budget=settings.valuation_shapley_budget,
             coalition_row_budget=settings.valuation_coalition_row_budget,
             surrogate_max_base_rows=settings.valuation_surrogate_max_base_rows,
+            sample_min_rows=settings.valuation_sample_min_rows,
             engine=FitEngine.from_settings(settings),
         )
 
@@ -322,8 +328,10 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
 
     The estimator plays every coalition while their training rows add up to at most
     `coalition_row_budget` (and always for a batch of one, whose share is the pool); beyond,
-    the surrogate game of `pipeline.rewards.surrogate` does, whose shares are scaled to the
-    pool the estimator measures.
+    on the largest keyed sample of the accepted rows that fits the budget, when it holds at
+    least `sample_min_rows`; else the surrogate game of `pipeline.rewards.surrogate` does.
+    Beyond all the accepted rows, the game's shares are scaled to the pool the estimator
+    measures.
     """
     exact = units <= settings.exact_max_players
     players = list(range(units))
@@ -334,6 +342,18 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     if units == 1 or game.within_rows(needed, settings.coalition_row_budget):
         rounds = _play_rounds(game.value, game.prepare, units, settings, replay=False)
         return (EXACT if exact else SAMPLED), len(game.base), rounds
+    # The sample's own "without" is trained too: the empty coalition counts.
+    coalitions = [frozenset(), *needed]
+    rows = sample_size(coalitions, [p.rows for p in game.players], settings.coalition_row_budget)
+    if exact and rows >= settings.sample_min_rows:
+        sample = keyed_sample(game.scorer, game.base, rows)
+        sampled = _Game(game.scorer, sample, game.players, game.higher_is_better, game.engine, None)
+        active, shares, rejected, _ = _play_rounds(
+            sampled.value, sampled.prepare, units, settings, replay=False
+        )
+        game.trained += sampled.trained
+        # Its values are on fewer accepted rows: the accepted share the real pool by them.
+        return SAMPLE_EXACT, len(sample), (active, shares, rejected, True)
     surrogate = SurrogateGame(
         game.scorer,
         game.base,
@@ -402,46 +422,3 @@ def _play_rounds(
             # their own pool in proportion to the values they were just given.
             return active, shares, rejected, True
     return active, shares, rejected, False
-
-
-def valuation_view(quality: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The job view's `valuation`: pool, share, interval and integrity counts of a job.
-
-    Read from the job's `quality` JSON (`valuation` written by
-    `pipeline.rewards.batch_valuation`, `integrity` by the integrity check, `reward` by
-    `pipeline.rewards.payouts`); None before valuation.
-    """
-    quality = quality or {}
-    valuation = quality.get("valuation")
-    if not valuation:
-        return None
-    interval = valuation.get("interval")
-    reward = quality.get("reward") or {}
-    return {
-        "valuationId": valuation.get("valuation_id"),
-        "accepted": valuation.get("accepted"),
-        "metricName": valuation.get("metric"),
-        "scoreWithout": valuation.get("score_without"),
-        "scoreWith": valuation.get("score_with"),
-        "poolPct": valuation.get("pool_pct"),
-        "sharePct": valuation.get("share_pct"),
-        "interval": (
-            {k: interval[k] for k in ("low", "high", "level", "resamples")} if interval else None
-        ),
-        "method": valuation.get("method"),
-        "batchSize": valuation.get("batch_size"),
-        "batchRows": valuation.get("batch_rows"),
-        "valuedRows": valuation.get("valued_rows"),
-        "baseRows": valuation.get("base_rows"),
-        "sampleRows": valuation.get("sample_rows"),
-        "withoutCache": valuation.get("without_cache"),
-        "modelsTrained": valuation.get("models_trained"),
-        # The pool's band over the model's paired fits; null with one fit or before bands were
-        # kept (`pipeline.rewards.stability`).
-        "stabilityBand": band_view(valuation.get("stability")),
-        "pairedFits": valuation.get("paired_fits"),
-        "tokensEarned": reward.get("total_tokens"),
-        "cap": reward.get("cap"),
-        "integrity": submitter_integrity(quality.get("integrity")),
-        "budget": quality.get("budget"),  # pipeline.rewards.budget.Decision.view
-    }

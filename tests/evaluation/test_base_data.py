@@ -24,7 +24,8 @@ from pipeline.demo.churn_data import churn_benchmark_rows, churn_rows
 from pipeline.evaluation.datasets import benchmark_base_rows, benchmark_eval_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.ledger import model_evaluations, wallet_rewards
-from pipeline.rewards.valuation import Player, ValuationSettings, valuation_view, value_batch
+from pipeline.rewards.valuation import Player, ValuationSettings, value_batch
+from pipeline.rewards.valuation_view import valuation_view
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (

@@ -25,7 +25,7 @@ from pipeline.evaluation.without_cache import (
     without_object_key,
 )
 from pipeline.rewards.ledger import wallet_rewards
-from pipeline.rewards.valuation import valuation_view
+from pipeline.rewards.valuation_view import valuation_view
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (

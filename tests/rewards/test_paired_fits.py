@@ -33,8 +33,9 @@ from pipeline.rewards import batch_valuation, reference_check
 from pipeline.rewards import valuation as valuation_module
 from pipeline.rewards.players import Player
 from pipeline.rewards.stability import Stability
-from pipeline.rewards.valuation import BatchValuation, ValuationSettings, valuation_view
+from pipeline.rewards.valuation import BatchValuation, ValuationSettings
 from pipeline.rewards.valuation_records import band_text
+from pipeline.rewards.valuation_view import valuation_view
 from pipeline.services import Services
 from pipeline.store.objectstore import LocalObjectStore
 from tests.support.pipeline import (
