@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.core.config import ConfigError, load_settings
 from pipeline.demo.churn_data import churn_rows
 from pipeline.evaluation.scorer import BenchmarkScorer
 from pipeline.rewards.sample_game import keyed_sample, sample_size
@@ -211,3 +212,12 @@ def test_the_split_follows_the_model_where_the_surrogate_does_not() -> None:
     sampled_error = float(np.max(np.abs(sampled - model)))
     surrogate_error = float(np.max(np.abs(surrogate - model)))
     assert sampled_error < 0.1 < surrogate_error, (sampled_error, surrogate_error)
+
+
+def test_the_operator_sets_the_smallest_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ValuationSettings.from_settings(load_settings()).sample_min_rows == 10_000
+    monkeypatch.setenv("VALUATION_SAMPLE_MIN_ROWS", "25000")
+    assert ValuationSettings.from_settings(load_settings()).sample_min_rows == 25_000
+    monkeypatch.setenv("VALUATION_SAMPLE_MIN_ROWS", "0")
+    with pytest.raises(ConfigError, match="VALUATION_SAMPLE_MIN_ROWS"):
+        load_settings()
