@@ -20,6 +20,9 @@ holding at least `FLIP_SHARE` of the pool that change between paid and rejected.
 game played on their stacked predictions (the expected game at small K); the pool's band over
 the K fits is printed beside each reference valuation.
 
+`--sample-min-rows N` sets `VALUATION_SAMPLE_MIN_ROWS`: a huge N gives the surrogate the batches
+beyond the row budget that the model splits on a sample (`pipeline.rewards.sample_game`).
+
 Faithfulness (`bench/_payout_faithfulness.py`): each scenario's reference valuation against the
 expected game stored by `python bench/expected_game.py`, when a fresh one is there.
 """
@@ -259,6 +262,12 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--payout-draws", type=int, default=4, help="one-row-fewer draws")
     parser.add_argument(
         "--payout-fits", type=int, default=1, help="the model's paired_fits K (1: one fit)"
+    )
+    parser.add_argument(
+        "--sample-min-rows",
+        type=int,
+        default=ValuationSettings.sample_min_rows,
+        help="VALUATION_SAMPLE_MIN_ROWS (a huge value: the surrogate splits what a sample would)",
     )
 
 

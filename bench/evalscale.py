@@ -308,7 +308,7 @@ def main() -> None:
     # spin on a loaded machine would bill their waiting as CPU time (again in `run_case`).
     threadpool_limits(1)
     engine = FitEngine(workers=args.workers)
-    settings = ValuationSettings(engine=engine)
+    settings = ValuationSettings(engine=engine, sample_min_rows=args.sample_min_rows)
     print(f"benchmark_rows: {args.bench_rows}")
     print(f"rows_per_contribution: {ROWS}")
     print(f"engine: {engine.name}")

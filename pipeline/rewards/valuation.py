@@ -330,8 +330,8 @@ def _split(game: _Game, units: int, settings: ValuationSettings) -> tuple[str, i
     `coalition_row_budget` (and always for a batch of one, whose share is the pool); beyond,
     on the largest keyed sample of the accepted rows that fits the budget, when it holds at
     least `sample_min_rows`; else the surrogate game of `pipeline.rewards.surrogate` does.
-    Beyond all the accepted rows, the game's shares are scaled to the pool the estimator
-    measures.
+    Those two games give only proportions: their shares are scaled to the pool the estimator
+    measures on all the accepted rows.
     """
     exact = units <= settings.exact_max_players
     players = list(range(units))
