@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # the accepted rows that fits it, of at least `valuation_sample_min_rows`; else the
     # surrogate game.
     valuation_coalition_row_budget: int = Field(default=200_000, ge=0)
-    valuation_sample_min_rows: int = Field(default=10_000, ge=1)
+    valuation_sample_min_rows: int = Field(default=20_000, ge=1)
     valuation_surrogate_max_base_rows: int = Field(default=20_000, ge=100)
     # A dask.distributed scheduler the fits run on; unset: this process. In production a
     # scheduler off this host must be tls:// with the client certificate below (mutual TLS).

@@ -106,7 +106,7 @@ class ValuationSettings:
     shapley_budget: int = 128
     coalition_row_budget: int = 200_000
     surrogate_max_base_rows: int = 20_000
-    sample_min_rows: int = 10_000
+    sample_min_rows: int = 20_000
     engine: FitEngine = field(default_factory=FitEngine)
 
     @classmethod

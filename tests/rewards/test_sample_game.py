@@ -215,7 +215,7 @@ def test_the_split_follows_the_model_where_the_surrogate_does_not() -> None:
 
 
 def test_the_operator_sets_the_smallest_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ValuationSettings.from_settings(load_settings()).sample_min_rows == 10_000
+    assert ValuationSettings.from_settings(load_settings()).sample_min_rows == 20_000
     monkeypatch.setenv("VALUATION_SAMPLE_MIN_ROWS", "25000")
     assert ValuationSettings.from_settings(load_settings()).sample_min_rows == 25_000
     monkeypatch.setenv("VALUATION_SAMPLE_MIN_ROWS", "0")
