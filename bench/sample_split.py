@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from bench import _references, _scenarios
+from bench import _payout_faithfulness, _references, _scenarios
 from pipeline.rewards.sample_game import keyed_sample
-from pipeline.rewards.valuation import SHARE_REJECTED, ValuationSettings, value_batch
+from pipeline.rewards.valuation import ValuationSettings, value_batch
 
 GOAL = 5.0  # % of the pool
 
@@ -79,9 +79,7 @@ def main() -> None:
         higher_is_better=True,
         settings=ValuationSettings(coalition_row_budget=0),
     )
-    kept = {k: v for k, v in stand_in.shares.items() if stand_in.rejected.get(k) != SHARE_REJECTED}
-    total = sum(kept.values())
-    fractions = np.array([kept.get(k, 0.0) / total if total > 0 else 0.0 for k in reference.keys])
+    fractions = _payout_faithfulness.deployed_fractions(stand_in, reference.keys)
     apart = float(np.max(np.abs(fractions - full.fractions))) * 100.0
     print(f"surrogate_faithful_split_pct_of_pool: {apart:.2f} ({stand_in.method})")
     minimum = ValuationSettings.sample_min_rows
